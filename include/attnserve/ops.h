@@ -1,0 +1,8 @@
+// One function per op. Each takes an Args aggregate (designated initializers), validates it once,
+// and runs on the device its tensors live on (CPU oracle or CUDA). Ops never allocate or sync.
+#pragma once
+#include "attnserve/ops/attention.h"
+#include "attnserve/ops/indexer.h"
+#include "attnserve/ops/kv_store.h"
+#include "attnserve/ops/sparse_mla.h"
+#include "attnserve/ops/topk.h"
