@@ -1,0 +1,32 @@
+// Internal: CUDA entry points of every op, called by the dispatchers in src/ops/ after validation.
+// Plain C++ declarations (no CUDA headers), so host code can call them. Each has a weak fallback in
+// src/ops/cuda_fallback.cpp that throws "not available": a CUDA implementation (src/cuda/...)
+// overrides it by defining the same function.
+#pragma once
+#include <cstddef>
+
+#include "attnserve/ops.h"
+
+namespace attnserve::cuda {
+
+std::size_t paged_attention_workspace_size(const PagedAttentionArgs& a, const DeviceCaps& caps);
+void paged_attention(const PagedAttentionArgs& a, Workspace ws, Stream stream);
+std::size_t mla_attention_workspace_size(const MlaAttentionArgs& a, const DeviceCaps& caps);
+void mla_attention(const MlaAttentionArgs& a, Workspace ws, Stream stream);
+void merge_state(const MergeStateArgs& a, Stream stream);
+void merge_states(const MergeStatesArgs& a, Stream stream);
+
+std::size_t sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps);
+void sparse_mla(const SparseMlaArgs& a, Workspace ws, Stream stream);
+
+void quantize_fp8_groups(const QuantizeFp8Args& a, Stream stream);
+void indexer_ragged(const IndexerRaggedArgs& a, Workspace ws, Stream stream);
+void indexer_paged(const IndexerPagedArgs& a, Workspace ws, Stream stream);
+std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps);
+void topk(const TopkArgs& a, Workspace ws, Stream stream);
+
+void set_kv_buffer(const StoreKvArgs& a, Stream stream);
+void set_mla_kv_buffer(const StoreMlaArgs& a, Stream stream);
+void set_index_k(const StoreIndexKArgs& a, Stream stream);
+
+}  // namespace attnserve::cuda
