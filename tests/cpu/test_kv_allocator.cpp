@@ -215,13 +215,24 @@ TEST(KvSlotAllocator, RandomizedInvariants) {
           ids.push_back(-1);
         }
         const int64_t before = a.available_pages();
+        int64_t needed = 0;  // fresh pages this batch needs, counted independently
+        for (const Ext& e : batch) {
+          int64_t room = e.prefix_len % page_size ? page_size - e.prefix_len % page_size : 0;
+          int64_t rest = std::max<int64_t>(0, e.extend_len - room);
+          needed += (rest + page_size - 1) / page_size;
+        }
         std::vector<int32_t> out;
         try {
           out = a.alloc_extend(batch);
-        } catch (const Error&) {
-          EXPECT_EQ(a.available_pages(), before);
+        } catch (const Error& e) {
+          // Only exhaustion may fail here, and it must leave the state as it was.
+          ASSERT_GT(needed, before) << e.what();
+          ASSERT_NE(std::string(e.what()).find("out of KV cache pages"), std::string::npos) << e.what();
+          ASSERT_EQ(a.available_pages(), before);
           continue;
         }
+        ASSERT_LE(needed, before);
+        ASSERT_EQ(a.available_pages(), before - needed);
         size_t pos = 0;
         for (size_t r = 0; r < batch.size(); ++r) {
           int id = ids[r] >= 0 ? ids[r] : next_id++;
@@ -233,11 +244,17 @@ TEST(KvSlotAllocator, RandomizedInvariants) {
       } else if (kind == 1) {  // decode every live request
         std::vector<Dec> batch;
         for (auto& [id, slots] : live) batch.push_back({int64_t(slots.size()), slots.back()});
+        int64_t needed = 0;
+        for (const Dec& d : batch) needed += d.seq_len % page_size == 0;
+        const int64_t before = a.available_pages();
         try {
           auto out = a.alloc_decode(batch);
+          ASSERT_EQ(a.available_pages(), before - needed);
           size_t pos = 0;
           for (auto& [id, slots] : live) slots.push_back(out[pos++]);
-        } catch (const Error&) {
+        } catch (const Error& e) {
+          ASSERT_GT(needed, before) << e.what();
+          ASSERT_EQ(a.available_pages(), before);
         }
       } else {  // free a random request
         auto it = live.begin();
