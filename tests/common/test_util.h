@@ -60,7 +60,7 @@ inline void fill_uniform(HostTensor& t, std::mt19937_64& g, float lo = -1.f, flo
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(g));
 }
 
-// Poison: NaN bytes for floats (0xff), 0x7f7f7f7f for ints: any unwritten element shows.
+// Poison: every byte 0xff (NaN for floats, -1 for ints): any unwritten element shows.
 inline void poison(HostTensor& t) { std::memset(t.bytes.data(), 0xff, t.bytes.size()); }
 
 inline std::vector<double> to_doubles(const HostTensor& t) {
