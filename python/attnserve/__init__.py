@@ -16,6 +16,12 @@ Error = _attnserve.Error
 TopkTransform = _attnserve.TopkTransform
 cuda_available = _attnserve.cuda_available
 built_with_cuda = _attnserve.built_with_cuda
+ReqToTokenPool = _attnserve.ReqToTokenPool
+SlotAllocator = _attnserve.SlotAllocator
+MhaKvPool = _attnserve.MhaKvPool
+MlaKvPool = _attnserve.MlaKvPool
+MlaCacheFormat = _attnserve.MlaCacheFormat
+IndexerKeyPool = _attnserve.IndexerKeyPool
 
 _OPS = [
     "paged_attention", "mla_attention", "merge_state", "merge_states", "sparse_mla",
@@ -39,4 +45,5 @@ def _wrap(fn):
 for _name in _OPS:
     globals()[_name] = _wrap(getattr(_attnserve, _name))
 
-__all__ = ["Error", "TopkTransform", "cuda_available", "built_with_cuda", *_OPS]
+__all__ = ["Error", "TopkTransform", "cuda_available", "built_with_cuda", "ReqToTokenPool", "SlotAllocator",
+           "MhaKvPool", "MlaKvPool", "MlaCacheFormat", "IndexerKeyPool", *_OPS]

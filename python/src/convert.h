@@ -12,7 +12,6 @@
 namespace attnserve::py {
 
 namespace nb = nanobind;
-using Array = nb::ndarray<nb::c_contig_or_any>;  // any dtype, device, layout
 using OptArray = std::optional<nb::ndarray<>>;
 
 TensorView to_view(const nb::ndarray<>& a);

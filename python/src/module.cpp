@@ -1,5 +1,6 @@
 // The extension module attnserve._attnserve.
 #include "convert.h"
+#include "views.h"
 
 namespace attnserve::py {
 
@@ -25,4 +26,5 @@ NB_MODULE(_attnserve, m) {
   m.doc() = "attnserve: attention layer of an LLM serving engine (C++ core)";
   attnserve::py::bind_core(m);
   attnserve::py::bind_ops(m);
+  attnserve::py::bind_kv(m);
 }
