@@ -33,6 +33,13 @@ struct SparseMlaProblem {
   SparseMlaCase c;
   HostTensor q, kv, indices, out, topk_length, attn_sink, lse, max_logits;
 
+  // Movable, not copyable: a copied HostTensor's view would still point at the source's bytes.
+  SparseMlaProblem() = default;
+  SparseMlaProblem(SparseMlaProblem&&) = default;
+  SparseMlaProblem& operator=(SparseMlaProblem&&) = default;
+  SparseMlaProblem(const SparseMlaProblem&) = delete;
+  SparseMlaProblem& operator=(const SparseMlaProblem&) = delete;
+
   SparseMlaArgs args() const {
     SparseMlaArgs a{.q = q.view, .kv = kv.view, .indices = indices.view, .out = out.view};
     if (c.with_topk_length) a.topk_length = topk_length.view;
