@@ -46,17 +46,40 @@ void store_value(void* base, DType t, int64_t i, T v) {
 }
 
 template <typename T>
-T dot(const T* a, const T* b, int n) {
+T dot(const T* a, const T* b) {
   T s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  for (int d = 0; d < kDimQk; ++d) s += a[d] * b[d];
   return s;
 }
 
+// Four heads against one key: four independent sums (no single add chain), each key load shared.
 template <typename T>
-void add_scaled(T alpha, const T* x, T* y, int n) {
+void dot4(const T* q, const T* k, T* out) {
+  const T *q0 = q, *q1 = q + kDimQk, *q2 = q + 2 * kDimQk, *q3 = q + 3 * kDimQk;
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (int d = 0; d < kDimQk; ++d) {
+    s0 += q0[d] * k[d];
+    s1 += q1[d] * k[d];
+    s2 += q2[d] * k[d];
+    s3 += q3[d] * k[d];
+  }
+  out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
+}
+
+template <typename T>
+void add_scaled(T p, const T* v, T* y) {
 #pragma omp simd
-  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
+  for (int d = 0; d < kDimV; ++d) y[d] += p * v[d];
+}
+
+// y += p0 v0 + p1 v1 + p2 v2 + p3 v3 for four consecutive keys (stride kDimQk): one pass over y.
+template <typename T>
+void add_scaled4(const T* p, const T* v, T* y) {
+  const T *v0 = v, *v1 = v + kDimQk, *v2 = v + 2 * kDimQk, *v3 = v + 3 * kDimQk;
+#pragma omp simd
+  for (int d = 0; d < kDimV; ++d) y[d] += p[0] * v0[d] + p[1] * v1[d] + p[2] * v2[d] + p[3] * v3[d];
 }
 
 // Per-work-item scratch: the row's keys, then per head group q, probabilities and accumulators.
@@ -89,10 +112,18 @@ void attend_head_group(const SparseMlaArgs& a, int64_t r, int64_t h0, int64_t g,
   for (int64_t i = 0; i < g; ++i)
     for (int64_t d = 0; d < kDimQk; ++d) q[i * kDimQk + d] = load_value<T>(a.q.data, a.q.dtype, offset_of(a.q, r, h0 + i, d));
 
-  // Scores, key-major so each key is loaded once for the whole group.
+  // Scores, key-major so each key is loaded once for the whole group. A head's arithmetic depends
+  // only on its place in the group, and groups start at multiples of kHeadGroup: bits do not
+  // depend on how heads were split into blocks.
   for (int64_t j = 0; j < count; ++j) {
     const T* k = keys + j * kDimQk;
-    for (int64_t i = 0; i < g; ++i) probs[i * count + j] = scale * dot(q + i * kDimQk, k, kDimQk);
+    int64_t i = 0;
+    for (; i + 4 <= g; i += 4) {
+      T s4[4];
+      dot4(q + i * kDimQk, k, s4);
+      for (int u = 0; u < 4; ++u) probs[(i + u) * count + j] = scale * s4[u];
+    }
+    for (; i < g; ++i) probs[i * count + j] = scale * dot(q + i * kDimQk, k);
   }
 
   // Softmax numerators; m and l per head.
@@ -110,11 +141,14 @@ void attend_head_group(const SparseMlaArgs& a, int64_t r, int64_t h0, int64_t g,
     l[i] = li;
   }
 
-  // Weighted sum of values (the first 512 dims of each key), again key-major.
+  // Weighted sum of values (the first 512 dims of each key), four keys at a time, key-major.
   std::fill(acc, acc + g * kDimV, T(0));
-  for (int64_t j = 0; j < count; ++j) {
-    const T* v = keys + j * kDimQk;
-    for (int64_t i = 0; i < g; ++i) add_scaled(probs[i * count + j], v, acc + i * kDimV, kDimV);
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4) {
+    for (int64_t i = 0; i < g; ++i) add_scaled4(probs + i * count + j, keys + j * kDimQk, acc + i * kDimV);
+  }
+  for (; j < count; ++j) {
+    for (int64_t i = 0; i < g; ++i) add_scaled(probs[i * count + j], keys + j * kDimQk, acc + i * kDimV);
   }
 
   for (int64_t i = 0; i < g; ++i) {
