@@ -48,6 +48,16 @@ struct HostTensor {
     bytes.assign(probe.nbytes() + 1, 0);  // +1 so empty tensors still have a data pointer
     view = TensorView::contiguous(bytes.data(), dtype, shape);
   }
+  // Copies own their bytes: the view is rebound to the new storage.
+  HostTensor(const HostTensor& o) : bytes(o.bytes), view(o.view) { view.data = bytes.data(); }
+  HostTensor& operator=(const HostTensor& o) {
+    bytes = o.bytes;
+    view = o.view;
+    view.data = bytes.data();
+    return *this;
+  }
+  HostTensor(HostTensor&&) = default;  // vector moves keep their buffer
+  HostTensor& operator=(HostTensor&&) = default;
   template <typename T> T* ptr() { return reinterpret_cast<T*>(bytes.data()); }
   float get(int64_t i) const { return cpu::load_as_float(bytes.data(), view.dtype, i); }
   void set(int64_t i, float v) { cpu::store_from_float(bytes.data(), view.dtype, i, v); }
