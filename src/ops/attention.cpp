@@ -66,8 +66,14 @@ void check_index_values(std::string_view op, const TensorView& page_table, const
     const int64_t q_begin = at1(cu_seqlens_q, r), q_end = at1(cu_seqlens_q, r + 1);
     ATTNSERVE_CHECK(q_end >= q_begin, op, ": argument 'cu_seqlens_q' must be non-decreasing, but cu_seqlens_q[",
                     r + 1, "] = ", q_end, " < cu_seqlens_q[", r, "] = ", q_begin);
-    ATTNSERVE_CHECK(max_seqlen_q == 0 || q_end - q_begin <= max_seqlen_q, op, ": request ", r, " has ",
-                    q_end - q_begin, " query rows, more than argument 'max_seqlen_q' = ", max_seqlen_q);
+  }
+  const int64_t end = at1(cu_seqlens_q, b);
+  ATTNSERVE_CHECK(end <= total_q, op, ": argument 'cu_seqlens_q'[", b, "] = ", end, " exceeds total_q = ", total_q,
+                  " (rows of 'q')");
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t q_len = at1(cu_seqlens_q, r + 1) - at1(cu_seqlens_q, r);
+    ATTNSERVE_CHECK(max_seqlen_q == 0 || q_len <= max_seqlen_q, op, ": request ", r, " has ", q_len,
+                    " query rows, more than argument 'max_seqlen_q' = ", max_seqlen_q);
     const int64_t k_len = at1(cache_seqlens, r);
     ATTNSERVE_CHECK(k_len >= 0 && k_len <= max_pages * page_size, op, ": argument 'cache_seqlens'[", r, "] = ", k_len,
                     " out of range [0, max_pages * page_size = ", max_pages * page_size, "]");
@@ -77,9 +83,6 @@ void check_index_values(std::string_view op, const TensorView& page_table, const
                       " (request ", r, ", page position ", i, ") out of range [0, num_pages = ", num_pages, ")");
     }
   }
-  const int64_t end = at1(cu_seqlens_q, b);
-  ATTNSERVE_CHECK(end <= total_q, op, ": argument 'cu_seqlens_q'[", b, "] = ", end, " exceeds total_q = ", total_q,
-                  " (rows of 'q')");
 }
 
 // max_seqlen_q sizes the CUDA grid, so a CUDA launch needs it whenever there are query rows.
