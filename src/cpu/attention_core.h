@@ -57,6 +57,13 @@ namespace attention_detail {
 
 constexpr int64_t kKeyBlock = 64;  // keys scored per online-softmax step (bounds scratch memory)
 
+// Dequantization factor of an fp8 cache for (request, kv head): stored = value / factor; 1 if absent.
+template <typename T>
+T descale_of(const TensorView& descale, int64_t req, int64_t kv_head) {
+  if (descale.empty_view()) return T(1);
+  return load_as<T>(descale.data, descale.dtype, offset_of(descale, req, kv_head));
+}
+
 // One work item: query row `row` of request `req` (absolute position `pos`), the h_q / h_kv query
 // heads sharing KV head `kv_head`. Each key is loaded once and scored against all heads of the group.
 template <typename T>
@@ -88,8 +95,7 @@ void attend_group(const PagedAttentionProblem& p, int64_t req, int64_t row, int6
         q[size_t(h * d_qk + col++)] = load_as<T>(qp.data, qp.dtype, offset_of(qp, row, head0 + h, c));
     }
   }
-  const T k_scale = p.k_descale.empty_view() ? T(1) : load_as<T>(p.k_descale.data, p.k_descale.dtype, offset_of(p.k_descale, req, kv_head));
-  const T v_scale = p.v_descale.empty_view() ? T(1) : load_as<T>(p.v_descale.data, p.v_descale.dtype, offset_of(p.v_descale, req, kv_head));
+  const T k_scale = descale_of<T>(p.k_descale, req, kv_head), v_scale = descale_of<T>(p.v_descale, req, kv_head);
   const T scale = T(p.softmax_scale), softcap = T(p.softcap);
   const T neg_inf = -std::numeric_limits<T>::infinity();
 
@@ -147,8 +153,10 @@ void attend_group(const PagedAttentionProblem& p, int64_t req, int64_t row, int6
     const T inv = T(1) / run_sum[size_t(h)];
     for (int64_t c = 0; c < d_v; ++c)
       store_as<T>(p.out.data, p.out.dtype, offset_of(p.out, row, head0 + h, c), acc[size_t(h * d_v + c)] * inv);
-    if (!p.lse.empty_view())
-      store_as<T>(p.lse.data, p.lse.dtype, offset_of(p.lse, row, head0 + h), run_max[size_t(h)] + std::log(run_sum[size_t(h)]));
+    if (!p.lse.empty_view()) {
+      const T lse = run_max[size_t(h)] + std::log(run_sum[size_t(h)]);
+      store_as<T>(p.lse.data, p.lse.dtype, offset_of(p.lse, row, head0 + h), lse);
+    }
   }
 }
 

@@ -186,7 +186,8 @@ inline std::vector<double> batch_values(const TensorView& t, const std::vector<b
   for (int64_t r = 0; r < t.size(0); ++r) {
     if (!row_in_batch[size_t(r)]) continue;
     for (int64_t h = 0; h < t.size(1); ++h)
-      for (int64_t c = 0; c < inner; ++c) v.push_back(ref_read(t, r * t.strides[0] + h * t.strides[1] + c * t.stride(-1)));
+      for (int64_t c = 0; c < inner; ++c)
+        v.push_back(ref_read(t, r * t.strides[0] + h * t.strides[1] + c * t.stride(-1)));
   }
   return v;
 }
@@ -221,26 +222,31 @@ inline ::testing::AssertionResult only_batch_rows_written(const HostTensor& back
   return ::testing::AssertionSuccess();
 }
 
-// Compares a run's out/lse with the fp64 brute force: to 1e-12 for the fp64 mode (f64 tensors), else
-// by the tolerance rule against a float brute force. Also checks nothing outside the batch was written.
+// Compares out (and lse, if given) at the batch rows with the fp64 brute force: to 1e-12 for the
+// fp64 mode (f64 outputs), else by the tolerance rule against the float brute force.
+inline void expect_outputs_match(const TensorView& out, const TensorView& lse, const ReferenceAttention& ref64,
+                                 const ReferenceAttention& ref32, const std::string& label) {
+  const auto& rows = ref64.row_in_batch;
+  const int64_t h_q = out.size(1), per_row = h_q * out.size(2);
+  const bool fp64 = out.dtype == DType::f64;
+  const std::vector<double> want = batch_values(ref64.out, per_row, rows);
+  const double same_precision_err = rel_l2(batch_values(ref32.out, per_row, rows), want);
+  const double out_tol = fp64 ? 1e-12 : tolerance_by_rule(same_precision_err, out.dtype);
+  EXPECT_LE(rel_l2(batch_values(out, rows), want), out_tol) << label << ": out";
+  if (lse.empty_view()) return;
+  const std::vector<double> want_lse = batch_values(ref64.lse, h_q, rows);
+  const double same_precision_lse_err = rel_l2(batch_values(ref32.lse, h_q, rows), want_lse);
+  const double lse_tol = fp64 ? 1e-12 : tolerance_by_rule(same_precision_lse_err, DType::f32);
+  EXPECT_LE(rel_l2(batch_values(lse, rows), want_lse), lse_tol) << label << ": lse";
+}
+
+// The above, plus: nothing outside the batch rows of out and lse was written.
 inline void expect_matches_reference(const PagedCase& c, const ReferenceAttention& ref64,
                                      const ReferenceAttention& ref32, const std::string& label) {
-  const TensorView& out = c.args.out;
-  const auto& rows = ref64.row_in_batch;
-  const int64_t h_q = out.size(1), d_v = out.size(2);
-  const std::vector<double> got = batch_values(out, rows), want = batch_values(ref64.out, h_q * d_v, rows);
-  const bool fp64 = out.dtype == DType::f64;
-  const double out_err = rel_l2(got, want);
-  const double out_tol = fp64 ? 1e-12 : tolerance_by_rule(rel_l2(batch_values(ref32.out, h_q * d_v, rows), want), out.dtype);
-  EXPECT_LE(out_err, out_tol) << label << ": out";
-  EXPECT_TRUE(only_batch_rows_written(c.out, out, rows)) << label << ": out";
-  if (!c.args.lse.empty_view()) {
-    const std::vector<double> lse = batch_values(c.args.lse, rows), lse_ref = batch_values(ref64.lse, h_q, rows);
-    const double lse_err = rel_l2(lse, lse_ref);
-    const double lse_tol = fp64 ? 1e-12 : tolerance_by_rule(rel_l2(batch_values(ref32.lse, h_q, rows), lse_ref), DType::f32);
-    EXPECT_LE(lse_err, lse_tol) << label << ": lse";
-    EXPECT_TRUE(only_batch_rows_written(c.lse, c.args.lse, rows)) << label << ": lse";
-  }
+  expect_outputs_match(c.args.out, c.args.lse, ref64, ref32, label);
+  EXPECT_TRUE(only_batch_rows_written(c.out, c.args.out, ref64.row_in_batch)) << label << ": out";
+  if (!c.args.lse.empty_view())
+    EXPECT_TRUE(only_batch_rows_written(c.lse, c.args.lse, ref64.row_in_batch)) << label << ": lse";
 }
 
 // Builds the case, runs paged attention (fp64 mode for f64, else the public dispatcher) and checks it.

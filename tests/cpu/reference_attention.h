@@ -117,7 +117,8 @@ ReferenceAttention reference_paged_attention(const PagedAttentionArgs& a) {
     const int64_t page = int64_t(ref_at(a.page_table, req, j / page_size)), kvh = h / group;
     const T ks = descale(a.k_descale, req, kvh);
     T dot = 0;
-    for (int64_t c = 0; c < d; ++c) dot += T(ref_at(a.q, row, h, c)) * (ks * T(ref_at(a.k_cache, page, j % page_size, kvh, c)));
+    for (int64_t c = 0; c < d; ++c)
+      dot += T(ref_at(a.q, row, h, c)) * (ks * T(ref_at(a.k_cache, page, j % page_size, kvh, c)));
     return dot;
   };
   auto value = [&](int64_t req, int64_t h, int64_t j, int64_t c) {

@@ -19,7 +19,8 @@ void expect_error(const std::function<void()>& f, std::initializer_list<std::str
     ADD_FAILURE() << label << ": expected an attnserve::Error";
   } catch (const Error& e) {
     const std::string m = e.what();
-    for (const std::string& n : needles) EXPECT_NE(m.find(n), std::string::npos) << label << ": '" << n << "' not in: " << m;
+    for (const std::string& n : needles)
+      EXPECT_NE(m.find(n), std::string::npos) << label << ": '" << n << "' not in: " << m;
   } catch (const std::exception& e) {
     ADD_FAILURE() << label << ": wrong exception type: " << e.what();
   }
@@ -36,8 +37,9 @@ PagedSpec small_spec() {
 }
 
 // Runs f on fresh args of a valid case and expects an error naming `needles`.
-void expect_paged_error(const std::function<void(PagedAttentionArgs&)>& mutate, std::initializer_list<std::string> needles,
-                        const std::string& label, PagedSpec s = small_spec()) {
+void expect_paged_error(const std::function<void(PagedAttentionArgs&)>& mutate,
+                        std::initializer_list<std::string> needles, const std::string& label,
+                        PagedSpec s = small_spec()) {
   auto g = rng_for_test();
   PagedCase c = make_paged_case(s, g);
   PagedAttentionArgs a = c.args;
@@ -58,7 +60,8 @@ TEST(AttentionArgs, PagedShapesAndHeads) {
   expect_paged_error([&](PagedAttentionArgs& a) { a.q = q3.view; a.out = out3.view; a.lse = {}; },
                      {"h_q = 3", "h_kv = 2"}, "wrong head ratio");
   HostTensor q_d(DType::f32, {5, 4, 32});
-  expect_paged_error([&](PagedAttentionArgs& a) { a.q = q_d.view; }, {"'k_cache'", "[*, *, *, 32]"}, "head dim mismatch");
+  expect_paged_error([&](PagedAttentionArgs& a) { a.q = q_d.view; }, {"'k_cache'", "[*, *, *, 32]"},
+                     "head dim mismatch");
   HostTensor out_d(DType::f32, {5, 4, 48});
   expect_paged_error([&](PagedAttentionArgs& a) { a.out = out_d.view; }, {"'out'", "[5, 4, 64]"}, "out shape");
   expect_paged_error([&](PagedAttentionArgs& a) { a.v_cache = a.v_cache.slice(0, 0, 2); }, {"'v_cache'"},
@@ -134,7 +137,8 @@ TEST(AttentionArgs, Devices) {
                      "index tensor on another device");
   // All on CUDA: f32 is CPU-only, and max_seqlen_q is required there.
   auto to_cuda = [](PagedAttentionArgs& a) {
-    for (TensorView* t : {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.cache_seqlens, &a.cu_seqlens_q, &a.out, &a.lse})
+    for (TensorView* t :
+         {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.cache_seqlens, &a.cu_seqlens_q, &a.out, &a.lse})
       t->device = Device::cuda(0);
   };
   expect_paged_error([&](PagedAttentionArgs& a) { to_cuda(a); }, {"'q'", "f32"}, "f32 on cuda");

@@ -278,3 +278,35 @@ TEST(AttentionPaged, WorkspaceIsZeroOnCpu) {
   EXPECT_EQ(paged_attention_workspace_size(c.args, DeviceCaps::cpu()), 0u);
   EXPECT_EQ(mla_attention_workspace_size(mla_args_of(c), DeviceCaps::cpu()), 0u);
 }
+
+TEST(AttentionPaged, LongKvManyOnlineSoftmaxSteps) {
+  auto g = rng_for_test();
+  PagedSpec s;
+  s.q_lens = {1, 3};
+  s.k_lens = {1000, 517};
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.window_left = 700;
+  check_paged_all_precisions(s, g, "long_kv");
+}
+
+TEST(AttentionPaged, EmptyBatches) {
+  auto g = rng_for_test();
+  // Requests with no query rows: nothing is written.
+  PagedSpec s;
+  s.q_lens = {0, 0};
+  s.k_lens = {5, 0};
+  PagedCase c = make_paged_case(s, g);
+  poison(c.out);
+  poison(c.lse);
+  paged_attention(c.args);
+  const std::vector<bool> none(size_t(c.args.q.size(0)), false);
+  EXPECT_TRUE(only_batch_rows_written(c.out, c.args.out, none));
+  EXPECT_TRUE(only_batch_rows_written(c.lse, c.args.lse, none));
+  // b = 0 and total_q = 0.
+  HostTensor q(DType::f32, {0, 4, 64}), out(DType::f32, {0, 4, 64}), k(DType::f32, {1, 16, 1, 64});
+  HostTensor table(DType::i32, {0, 1}), lens(DType::i32, {0}), cu(DType::i32, {1});
+  EXPECT_NO_THROW(paged_attention({.q = q.view, .k_cache = k.view, .v_cache = k.view, .page_table = table.view,
+                                   .cache_seqlens = lens.view, .cu_seqlens_q = cu.view, .out = out.view,
+                                   .softmax_scale = 0.125f}));
+}

@@ -65,19 +65,11 @@ PagedSpec split_spec(DType dtype, bool causal_decode) {
   return s;
 }
 
-// Checks a merged (out, lse) against the fp64 brute force of the full problem.
+// Checks a merged (out, lse) against the brute force of the full problem.
 void expect_merged_matches(const PagedCase& full, const TensorView& out, const TensorView& lse,
                            const std::string& label) {
-  const ReferenceAttention ref64 = reference_paged_attention<double>(full.args);
-  const ReferenceAttention ref32 = reference_paged_attention<float>(full.args);
-  const auto& rows = ref64.row_in_batch;
-  const int64_t per_row = out.size(1) * out.size(2);
-  const std::vector<double> want = batch_values(ref64.out, per_row, rows), want_lse = batch_values(ref64.lse, out.size(1), rows);
-  const bool fp64 = out.dtype == DType::f64;
-  const double tol = fp64 ? 1e-12 : tolerance_by_rule(rel_l2(batch_values(ref32.out, per_row, rows), want), out.dtype);
-  const double tol_lse = fp64 ? 1e-12 : tolerance_by_rule(rel_l2(batch_values(ref32.lse, out.size(1), rows), want_lse), DType::f32);
-  EXPECT_LE(rel_l2(batch_values(out, rows), want), tol) << label << ": out";
-  EXPECT_LE(rel_l2(batch_values(lse, rows), want_lse), tol_lse) << label << ": lse";
+  expect_outputs_match(out, lse, reference_paged_attention<double>(full.args),
+                       reference_paged_attention<float>(full.args), label);
 }
 
 }  // namespace
@@ -181,7 +173,8 @@ TEST(MergeState, NegInfPartsContributeNothing) {
         if (tok < 6) {  // one part only: the other part's values, bit for bit
           const HostTensor& only = tok < 3 ? v_b : v_a;
           const HostTensor& only_s = tok < 3 ? s_b : s_a;
-          for (int64_t e = 0; e < d; ++e) EXPECT_EQ(v_out.get((tok * heads + h) * d + e), only.get((tok * heads + h) * d + e));
+          for (int64_t e = 0; e < d; ++e)
+            EXPECT_EQ(v_out.get((tok * heads + h) * d + e), only.get((tok * heads + h) * d + e));
           EXPECT_EQ(s_out.get(tok * heads + h), only_s.get(tok * heads + h));
         }
         if (tok == 6) {
@@ -216,7 +209,8 @@ TEST(MergeState, MergeStatesRandomWithNegInfAndNarrowOutput) {
       std::vector<double> ss(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
         ss[size_t(i)] = s_parts.get((i * tokens + tok) * heads + h);
-        for (int64_t e = 0; e < d; ++e) parts[size_t(i)][size_t(e)] = v_parts.get(((i * tokens + tok) * heads + h) * d + e);
+        for (int64_t e = 0; e < d; ++e)
+          parts[size_t(i)][size_t(e)] = v_parts.get(((i * tokens + tok) * heads + h) * d + e);
       }
       std::vector<double> v;
       double s;
