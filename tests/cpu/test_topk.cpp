@@ -2,70 +2,17 @@
 // len <= topk, row starts, 128K and 256K rows, determinism, bad arguments.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <limits>
 #include <string>
 
 #include "attnserve/ops/topk.h"
-#include "test_topk_reference.h"
+#include "test_topk_util.h"
 
 using namespace attnserve;
 using namespace attnserve::test;
 
 namespace {
-
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// scores [rows, width], lengths / row starts, out [rows, k]; checks every row against brute force.
-struct TopkProblem {
-  int64_t rows, width, k;
-  HostTensor scores, lengths, starts, out;
-  bool use_starts = false;
-  TopkProblem(int64_t rows_, int64_t width_, int64_t k_)
-      : rows(rows_), width(width_), k(k_), scores(DType::f32, {rows_, width_}), lengths(DType::i32, {rows_}),
-        starts(DType::i32, {rows_}), out(DType::i32, {rows_, k_}) {
-    for (int64_t r = 0; r < rows; ++r) lengths.ptr<int32_t>()[r] = int32_t(width);
-  }
-  float* row(int64_t r) { return scores.ptr<float>() + r * width; }
-  int32_t len(int64_t r) { return lengths.ptr<int32_t>()[r]; }
-  int32_t start(int64_t r) { return use_starts ? starts.ptr<int32_t>()[r] : 0; }
-  TopkArgs args() {
-    TopkArgs a{.scores = scores.view, .lengths = lengths.view, .out = out.view, .topk = int(k)};
-    if (use_starts) a.row_starts = starts.view;
-    return a;
-  }
-  void run() { run(args()); }
-  void run(const TopkArgs& a) {
-    poison_i32(out);
-    topk(a);
-  }
-  // value_of(row, j): what the transform emits for position j (identity by default).
-  void check(const std::function<int32_t(int64_t, int64_t)>& value_of = {}) {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<int32_t> expected;
-      for (int64_t j : reference_topk(row(r) + start(r), len(r), k))
-        expected.push_back(value_of ? value_of(r, j) : int32_t(j));
-      expect_topk_row(out.ptr<int32_t>() + r * k, k, len(r), expected, r);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  }
-};
-
-void fill_normal(float* s, int64_t n, std::mt19937_64& g) {
-  std::normal_distribution<float> d(0.f, 1.f);
-  for (int64_t i = 0; i < n; ++i) s[i] = d(g);
-}
-
-template <typename Fn>
-void expect_error_naming(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error, expected one naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 
 TEST(Topk, RandomScoresAnyTopk) {
