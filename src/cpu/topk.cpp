@@ -1,8 +1,6 @@
 // CPU top-k per row over score[row, start : start + len], with the fused slot transforms
 // (decode: page_table_1[row, j]; prefill: page_table_1[request of row, j]; ragged: j + offsets[row]).
 // Rows are independent: one thread per row.
-#include <algorithm>
-#include <vector>
 
 #include "cpu/cpu_ops.h"
 #include "cpu/load.h"
@@ -28,7 +26,7 @@ int64_t request_of_row(const TensorView& cu_seqlens_q, int64_t row) {
 
 void topk(const TopkArgs& a) {
   const int64_t rows = a.scores.size(0), k = a.topk;
-  parallel_for(rows, [&](int64_t row) {
+  auto one_row = [&](int64_t row) {
     const int64_t start = a.row_starts.empty_view() ? 0 : load_i32(a.row_starts, row);
     const int64_t len = load_i32(a.lengths, row);
     int32_t* out = a.out.ptr<int32_t>() + offset_of(a.out, row, 0);
@@ -50,12 +48,15 @@ void topk(const TopkArgs& a) {
     if (len <= k) {
       for (; c < len; ++c) out[c * out_stride] = value_of(c);
     } else {
-      thread_local std::vector<int32_t> cand;
-      const float* s = a.scores.ptr<float>() + offset_of(a.scores, row, start);
-      topk_select_row(s, len, k, cand, [&](int64_t j) { out[(c++) * out_stride] = value_of(j); });
+      thread_local TopkScratch scratch;
+      topk_select_row(a.scores.ptr<float>() + offset_of(a.scores, row, start), len, k, scratch);
+      for (; c < k; ++c) out[c * out_stride] = value_of(scratch.selected[size_t(c)]);
     }
     for (; c < k; ++c) out[c * out_stride] = -1;
-  });
+  };
+  // A single row (decode with one request) runs inline: a parallel region would only add its start-up.
+  if (rows == 1) one_row(0);
+  else parallel_for(rows, one_row);
 }
 
 }  // namespace attnserve::cpu

@@ -26,6 +26,7 @@ TEST(Topk, RandomScoresAnyTopk) {
     p.lengths.ptr<int32_t>()[0] = 6000;
     p.run();
     p.check();
+    p.expect_ascending();
   }
 }
 
@@ -125,6 +126,7 @@ TEST(Topk, LongRows128KAnd256K) {
     p.lengths.ptr<int32_t>()[3] = int32_t(width - 12345);
     p.run();
     p.check();
+    p.expect_ascending();
   }
 }
 

@@ -82,6 +82,13 @@ struct TopkProblem {
     poison_i32(out);
     topk(a);
   }
+  // Without a transform the positions come out ascending (the CPU kernel's documented order).
+  void expect_ascending() {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t* o = out.ptr<int32_t>() + r * k;
+      for (int64_t c = 1; c < std::min<int64_t>(k, len(r)); ++c) ASSERT_LT(o[c - 1], o[c]) << "row " << r;
+    }
+  }
   // value_of(row, j): what the transform emits for position j (identity by default).
   void check(const std::function<int32_t(int64_t, int64_t)>& value_of = {}) {
     for (int64_t r = 0; r < rows; ++r) {
