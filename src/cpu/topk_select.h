@@ -112,6 +112,7 @@ inline void topk_select_row(const float* s, int64_t n, int64_t k, TopkScratch& s
       }
       break;
     }
+    if (int64_t(hist[d]) == num_cand) continue;  // all members share this digit (e.g. equal scores): nothing to sort out
     // Members above d are in; members at d go on to the next digit.
     int64_t kept = 0;
     for (int64_t c = 0; c < num_cand; ++c) {
