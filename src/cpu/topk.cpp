@@ -1,7 +1,7 @@
 // CPU top-k per row over score[row, start : start + len], with the fused slot transforms
 // (decode: page_table_1[row, j]; prefill: page_table_1[request of row, j]; ragged: j + offsets[row]).
-// Rows are independent: one thread per row.
-
+// Rows are independent: one thread per row. The selection, its ranking of ties, -0, -inf and NaN, and
+// its output order (ascending positions) are described in topk_select.h. Padding (-1) is never transformed.
 #include "cpu/cpu_ops.h"
 #include "cpu/load.h"
 #include "cpu/parallel.h"
