@@ -45,7 +45,7 @@ const DenseMetadata& DensePlanner::capture(int bs, ForwardMode mode, Stream stre
     la.local_query_start_loc = s.arena.view(s.o_local_q, {vb + 1});
     la.local_seqused_k = s.arena.view(s.o_local_k, {vb});
     la.local_block_table = s.local_table_view(vb, s.chunk_pages);
-    la.local_max_query_len = std::min(C, q_bound);
+    la.local_max_query_len = q_bound;  // a padding request is one virtual batch of all its rows
     la.local_max_seq_len = C;
     la.num_virtual_batches = int(vb);
     la.effective_chunk_size = C;

@@ -82,8 +82,9 @@ inline int rand_int(std::mt19937_64& g, int lo, int hi) {  // [lo, hi]
 
 // A random valid batch of `bs` requests for `mode`. Draft-decode slots come from the pool's truth,
 // and the table's positions >= seq_lens of those rows are overwritten with garbage (-7), so a planner
-// that reads them instead of draft_slots fails.
+// that reads them instead of draft_slots fails. (The table is reset first: one batch at a time.)
 inline TestBatch random_batch(std::mt19937_64& g, ForwardMode mode, int bs, const BatchShape& s, TestPool& pool) {
+  pool.table = pool.truth;
   TestBatch b;
   b.mode = mode;
   if (mode == ForwardMode::idle) return b;
