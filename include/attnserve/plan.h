@@ -16,7 +16,8 @@
 // Returned metadata holds TensorViews into the planner's buffers. Eager metadata is valid until the
 // next plan()/capture()/replay() on the same planner (stream-ordered: work already enqueued keeps
 // reading the right values). Captured metadata keeps its views for the planner's lifetime; replay()
-// rewrites their contents in place (no allocation, same addresses, no device-to-host copy).
+// rewrites their contents in place (no allocation, same addresses, no device-to-host copy). Eager
+// plans and graphs share the buffers: replay() right before launching a graph, as the seeds do.
 // Every call validates all its inputs before touching any state: a bad batch throws
 // attnserve::Error and leaves buffers and metadata as they were.
 #pragma once
