@@ -1,5 +1,6 @@
 // DensePlanner: the FlashAttention backend's metadata (seed 001 init_forward_metadata), eager path.
 #include <algorithm>
+#include <numeric>
 
 #include "plan/dense_impl.h"
 #include "plan/plan_device.h"
@@ -86,9 +87,9 @@ void DensePlanner::init(const PlanCapacity& c, Stream stream) {
     memset_async(s.local_table_view(s.local_capacity, s.chunk_pages), 0, stream);
   }
   // cu_seqlens_q of decode batches: 0, 1, ..., max_bs, written once.
-  int32_t* ar = s.arena.host(s.o_arange);
-  for (int i = 0; i <= c.max_bs; ++i) ar[i] = i;
-  s.arena.mark(s.o_arange, c.max_bs + 1);
+  std::vector<int32_t> arange(std::size_t(c.max_bs) + 1);
+  std::iota(arange.begin(), arange.end(), 0);
+  s.arena.write_constant(s.o_arange, arange.data(), int64_t(arange.size()));
   s.arena.upload(stream);
   s.layout.q_len.reserve(std::size_t(c.max_bs));
   s.layout.kv_len.reserve(std::size_t(c.max_bs));
@@ -115,6 +116,7 @@ const DenseMetadata& DensePlanner::plan(const BatchSpec& batch, Stream stream) {
 void DensePlanner::Impl::fill(const RequestLayout& L, DenseMetadata& meta, bool graph, Stream stream) {
   const int bs = L.bs, P = cfg.page_size;
   const ForwardMode m = L.mode;
+  arena.begin();
   // ---- Per-request arrays on the host.
   int32_t* cache = arena.host(o_cache);
   int32_t* cu_k = arena.host(o_cu_k);

@@ -6,18 +6,6 @@
 
 namespace attnserve::plan_detail {
 
-int64_t clipped_ramp_sum(int64_t a, int64_t n, int64_t k) {
-  // S(x) = sum_{v=1}^{x} min(v, k) for x >= 0; the sum over t < n of min(max(a+t, 0), k) is
-  // S(a + n - 1) - S(a - 1).
-  auto S = [k](int64_t x) -> int64_t {
-    if (x <= 0) return 0;
-    if (x <= k) return x * (x + 1) / 2;
-    return k * (k + 1) / 2 + (x - k) * k;
-  };
-  if (n <= 0) return 0;
-  return S(a + n - 1) - S(a - 1);
-}
-
 void run_gather_page_table(const GatherPageTableArgs& a, Device device, Stream stream) {
   if (int64_t(a.num_descs) * a.repeat == 0 || a.width == 0) return;
   if (device.is_cpu()) plan_cpu::gather_page_table(a);

@@ -33,20 +33,27 @@ void gather_page_table(const plan_detail::GatherPageTableArgs& a) {
     const int32_t pool_row = d[0], first = d[1], num_tokens = d[2], draft_begin = d[3], draft_row = d[4];
     const int32_t* r2t = a.req_to_token + int64_t(pool_row) * a.r2t_row_stride;
     int32_t* out = a.out + o * a.out_row_stride;
-    for (int j = 0; j < a.width; ++j) {
-      const int64_t rel = int64_t(j) * a.page_size;
-      if (rel >= num_tokens) {
-        out[j] = 0;
-        continue;
-      }
-      const int64_t pos = first + rel;
-      int32_t slot;
-      if (draft_row >= 0 && pos >= draft_begin && pos < int64_t(draft_begin) + a.num_draft)
-        slot = a.draft_slots[int64_t(draft_row) * a.draft_row_stride + (pos - draft_begin)];
-      else
-        slot = r2t[pos];
-      out[j] = a.page_size == 1 ? slot : slot / a.page_size;
+    // Columns holding keys: page j starts at token first + j * page_size.
+    const int64_t cols = std::min<int64_t>(a.width, (int64_t(num_tokens) + a.page_size - 1) / a.page_size);
+    // Columns read from req_to_token: those before the draft positions (never read those: the
+    // table need not hold them).
+    const int64_t table_cols =
+        draft_row >= 0 ? std::clamp<int64_t>((int64_t(draft_begin) - first + a.page_size - 1) / a.page_size, 0, cols)
+                       : cols;
+    if (a.page_size == 1) {
+      std::copy(r2t + first, r2t + first + table_cols, out);
+    } else {
+      for (int64_t j = 0; j < table_cols; ++j) out[j] = r2t[first + j * a.page_size] / a.page_size;
     }
+    if (draft_row >= 0) {  // draft positions take their slots from draft_slots
+      const int32_t* slots = a.draft_slots + int64_t(draft_row) * a.draft_row_stride;
+      for (int64_t pos = std::max<int64_t>(draft_begin, first); pos < int64_t(draft_begin) + a.num_draft; ++pos) {
+        const int64_t rel = pos - first;
+        if (rel % a.page_size != 0 || rel / a.page_size >= cols) continue;
+        out[rel / a.page_size] = slots[pos - draft_begin] / a.page_size;
+      }
+    }
+    std::fill(out + cols, out + a.width, 0);
   });
 }
 

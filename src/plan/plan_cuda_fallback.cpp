@@ -12,6 +12,12 @@ namespace {
 }
 }  // namespace
 
+ATTNSERVE_WEAK void* pinned_alloc(std::size_t) { unavailable("planner staging"); }
+ATTNSERVE_WEAK void pinned_free(void*) {}
+ATTNSERVE_WEAK void* event_create() { unavailable("planner staging"); }
+ATTNSERVE_WEAK void event_destroy(void*) {}
+ATTNSERVE_WEAK void event_record(void*, Stream) { unavailable("planner staging"); }
+ATTNSERVE_WEAK void event_synchronize(void*) {}
 ATTNSERVE_WEAK void gather_page_table(const plan_detail::GatherPageTableArgs&, Stream) {
   unavailable("planner page-table gather");
 }

@@ -7,9 +7,16 @@
 // defined in src/cuda/plan/*.cu, with fallbacks in plan_cuda_fallback.cpp for builds without CUDA.
 // run_*() pick one by device.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "attnserve/plan.h"
+
+#ifdef __CUDACC__
+#define ATTNSERVE_HOST_DEVICE __host__ __device__
+#else
+#define ATTNSERVE_HOST_DEVICE
+#endif
 
 namespace attnserve::plan_detail {
 
@@ -55,8 +62,18 @@ struct ExpandRowsArgs {
   int32_t* nsa_cu_seqlens_k = nullptr;  // [total_rows + 1]
 };
 
-// sum_{t=0}^{n-1} min(max(a + t, 0), k), the closed form the device fill uses for nsa_cu_seqlens_k.
-int64_t clipped_ramp_sum(int64_t a, int64_t n, int64_t k);
+// sum_{t=0}^{n-1} min(max(a + t, 0), k): the prefix sums of nsa_cache_seqlens in closed form, so the
+// host stays O(batch size) and each device thread computes its row's prefix sum on its own.
+ATTNSERVE_HOST_DEVICE inline int64_t clipped_ramp_sum(int64_t a, int64_t n, int64_t k) {
+  if (n <= 0) return 0;
+  // S(x) = sum_{v=1}^{x} min(v, k) for x >= 0, and the sum is S(a + n - 1) - S(a - 1).
+  auto S = [k](int64_t x) -> int64_t {
+    if (x <= 0) return 0;
+    if (x <= k) return x * (x + 1) / 2;
+    return k * (k + 1) / 2 + (x - k) * k;
+  };
+  return S(a + n - 1) - S(a - 1);
+}
 
 void run_gather_page_table(const GatherPageTableArgs& a, Device device, Stream stream);
 void run_expand_rows(const ExpandRowsArgs& a, Device device, Stream stream);
@@ -70,6 +87,14 @@ void transform_index(const TransformIndexArgs& a);  // validated
 }  // namespace attnserve::plan_cpu
 
 namespace attnserve::plan_cuda {
+// Staging support (src/cuda/plan/staging.cu): pinned host memory and events.
+void* pinned_alloc(std::size_t bytes);
+void pinned_free(void* p);
+void* event_create();
+void event_destroy(void* event);
+void event_record(void* event, Stream stream);
+void event_synchronize(void* event);  // returns at once if the event completed or was never recorded
+
 void gather_page_table(const plan_detail::GatherPageTableArgs& a, Stream stream);
 void expand_rows(const plan_detail::ExpandRowsArgs& a, Stream stream);
 void transform_index(const TransformIndexArgs& a, Stream stream);  // validated

@@ -2,6 +2,7 @@
 // path. Row lengths are expanded per query row (kv_len - q_len + 1 + t) on the device from
 // per-request values, so the host cost is O(batch size) for any number of rows.
 #include <algorithm>
+#include <numeric>
 #include <climits>
 
 #include "plan/plan_device.h"
@@ -74,9 +75,9 @@ void SparsePlanner::init(const PlanCapacity& c, Stream stream) {
   s.rows = Buffer(std::size_t(3 * s.max_rows + 1) * sizeof(int32_t), s.device);
   memset_async(TensorView::contiguous(s.rows.data(), DType::i32, {3 * s.max_rows + 1}, s.device), 0, stream);
   // cu_seqlens_q of decode and verify, nsa_cu_seqlens_q: 0, 1, ..., T, written once.
-  int32_t* ar = s.arena.host(s.o_arange);
-  for (int64_t i = 0; i <= s.max_rows; ++i) ar[i] = int32_t(i);
-  s.arena.mark(s.o_arange, s.max_rows + 1);
+  std::vector<int32_t> arange(std::size_t(s.max_rows) + 1);
+  std::iota(arange.begin(), arange.end(), 0);
+  s.arena.write_constant(s.o_arange, arange.data(), int64_t(arange.size()));
   s.arena.upload(stream);
   s.layout.q_len.reserve(std::size_t(c.max_bs));
   s.layout.kv_len.reserve(std::size_t(c.max_bs));
@@ -108,6 +109,7 @@ void SparsePlanner::Impl::fill(const RequestLayout& L, SparseMetadata& meta, boo
   const int repeat = verify ? cfg.spec.draft_token_num : 1;  // page-table rows per request
   const int64_t rows = L.q_rows;
 
+  arena.begin();
   // ---- Per-request arrays on the host.
   int32_t* cache = arena.host(o_cache);
   int32_t* cu_k = arena.host(o_cu_k);

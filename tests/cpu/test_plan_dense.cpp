@@ -208,3 +208,23 @@ TEST(PlanDense, RequestsMayShareAPoolRow) {
   b.mode = ForwardMode::decode, b.seq = {5, 9, 1}, b.pool = {1, 1, 0};
   check_dense(planner.plan(b.spec(pool.view())), b, pool, cfg);
 }
+
+// Draft positions are never read from req_to_token: its rows may end at seq_lens.
+TEST(PlanDense, DraftDecodeTableMayEndAtSeqLens) {
+  for (int P : {1, 2}) {
+    HandTable t(2, 6);
+    if (P == 2)
+      for (int i = 0; i < 2; ++i)
+        for (int p = 0; p < 6; ++p) t.v[std::size_t(i * 6 + p)] = (50 * (i + 1) + p / 2) * 2 + p % 2;
+    DensePlanner planner(DensePlanConfig{.page_size = P, .spec = {.num_steps = 2, .step_id = 1}}, Device::cpu());
+    planner.init(kCap);
+    TestBatch b;
+    b.mode = ForwardMode::draft_decode, b.seq = {6, 3}, b.pool = {0, 1}, b.num_steps = 2;
+    b.drafts = P == 1 ? std::vector<int32_t>{900, 901, 910, 911} : std::vector<int32_t>{80, 81, 203, 92};
+    const DenseMetadata& m = planner.plan(b.spec(t.view()));
+    if (P == 1)
+      EXPECT_EQ(read_i32(m.page_table), (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 900, 901, 200, 201, 202, 910, 911, 0, 0, 0}));
+    else  // pages: request 0 = 50, 51, 52 then the draft page 40; request 1 = 100, 101 (draft 203 completes page 101), 46
+      EXPECT_EQ(read_i32(m.page_table), (std::vector<int32_t>{50, 51, 52, 40, 100, 101, 46, 0}));
+  }
+}
