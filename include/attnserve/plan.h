@@ -10,8 +10,10 @@
 // Lifecycle: construct (config, device) -> init(capacity) allocates every buffer once -> then any
 // number of plan() (eager) and capture()/replay() (CUDA graphs) calls. Planning reads host-side
 // lengths only and never synchronizes: small arrays are written to a host staging area the planner
-// owns and sent with one copy_async on the caller's stream; the page-table gathers and the per-row
-// expanded lengths run as small kernels on that stream (host loops on the CPU device).
+// owns (on CUDA a ring of 4 pinned buffers; the host waits for the GPU only if it runs more than 4
+// plans ahead) and sent with one copy_async on the caller's stream; the page-table gathers and the
+// per-row expanded lengths run as small kernels on that stream (host loops on the CPU device).
+// Call capture() outside CUDA stream capture (it writes the buffers, as the seeds do before capturing).
 //
 // Returned metadata holds TensorViews into the planner's buffers. Eager metadata is valid until the
 // next plan()/capture()/replay() on the same planner (stream-ordered: work already enqueued keeps
