@@ -62,9 +62,9 @@ struct LocalAttentionMetadata {
   TensorView local_query_start_loc;  // [vb + 1] i32, cu_seqlens_q of the virtual batches (same rows)
   TensorView local_seqused_k;        // [vb] i32 keys of each virtual batch
   TensorView local_block_table;      // [vb, pages_per_local_batch] i32 page ids (0 past a vb's keys)
-  int local_max_query_len = 0;
-  int local_max_seq_len = 0;
-  int num_virtual_batches = 0;
+  int local_max_query_len = 0;       // captured: the graph's query rows per request
+  int local_max_seq_len = 0;         // captured: the chunk
+  int num_virtual_batches = 0;       // captured: the bound, the tail being empty virtual batches
   int effective_chunk_size = 0;      // min(chunk, max kv_len rounded up to a page), >= one page;
                                      // the configured chunk in captured metadata
 };
