@@ -1,8 +1,11 @@
-// Weak fallbacks for the CUDA entry points (see src/cuda/cuda_ops.h): a build without CUDA, or an op
-// whose CUDA kernel is not written yet, fails with a clear error instead of a link error.
+// CPU-only builds: the CUDA entry points (src/cuda/cuda_ops.h) fail with a clear error.
+// Compiled only without CUDA: in a static library a fallback could shadow the real kernel (the linker
+// may pull whichever archive member defines the symbol first), so CUDA builds must define every entry
+// point under src/cuda/ (ops without a kernel yet: src/cuda/pending_ops.cu).
+#ifndef ATTNSERVE_WITH_CUDA
 #include "cuda/cuda_ops.h"
 
-#define ATTNSERVE_WEAK __attribute__((weak))
+#define ATTNSERVE_WEAK
 
 namespace attnserve::cuda {
 namespace {
@@ -30,3 +33,4 @@ ATTNSERVE_WEAK void set_mla_kv_buffer(const StoreMlaArgs&, Stream) { unavailable
 ATTNSERVE_WEAK void set_index_k(const StoreIndexKArgs&, Stream) { unavailable("set_index_k"); }
 
 }  // namespace attnserve::cuda
+#endif  // ATTNSERVE_WITH_CUDA
