@@ -21,12 +21,5 @@ void set_mla_kv_buffer(const StoreMlaArgs&, Stream) { pending("set_mla_kv_buffer
 void set_index_k(const StoreIndexKArgs&, Stream) { pending("set_index_k"); }
 
 // DeepSeek sparse attention.
-std::size_t sparse_mla_workspace_size(const SparseMlaArgs&, const DeviceCaps&) { return 0; }
-void sparse_mla(const SparseMlaArgs&, Workspace, Stream) { pending("sparse_mla"); }
-void quantize_fp8_groups(const QuantizeFp8Args&, Stream) { pending("quantize_fp8_groups"); }
-void indexer_ragged(const IndexerRaggedArgs&, Workspace, Stream) { pending("indexer_ragged"); }
-void indexer_paged(const IndexerPagedArgs&, Workspace, Stream) { pending("indexer_paged"); }
-std::size_t topk_workspace_size(const TopkArgs&, const DeviceCaps&) { return 0; }
-void topk(const TopkArgs&, Workspace, Stream) { pending("topk"); }
 
 }  // namespace attnserve::cuda

@@ -1,0 +1,305 @@
+// Sparse MLA kernel (sm80+, mma.sync): one CTA per (query row, block of HB heads), 8 warps.
+//
+//   per tile of 32 top-k positions (a ring of `stages` tiles in flight, cp.async):
+//     gather   the tile's slots (indices < 0, >= num_slots, or past topk_length: zero rows, masked);
+//              FP8-656 tokens land raw and are dequantized into one bf16 tile (fp8 * scale, exact for
+//              the power-of-two scales of the quantizer)
+//     QK^T     warps = (head tile m) x (key group of 16) x (k-split of 576 / KS); partial scores to
+//              shared memory (two mma chains per warp, summed)
+//     softmax  warps = (head tile m) x (slice of the 512 value dims); every warp of a head tile reads
+//              the same scores, so all of them hold identical running max / sum (online, base 2)
+//     P V      P from registers (bf16), V = the tile's first 512 columns via ldmatrix.trans
+//   epilogue   out = O / (l + exp(sink - m)), lse = m + log l, max_logits = m (natural units);
+//              rows with no valid slot: out 0, lse = max_logits = -inf.
+//
+// HB = 64: 4 head tiles x 2 key groups x 1 split; PV 256 dims per warp (128 accumulators / lane)
+// HB = 32: 2 x 2 x 2;                                PV 128 dims per warp
+// HB = 16: 1 x 2 x 4;                                PV  64 dims per warp
+// Heads past h_q in the last block are zero rows of Q in shared memory and are never stored.
+// Deterministic: fixed reduction orders, no atomics.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/sm80/sparse_mla/dsa_device.cuh"
+#include "cuda/sm80/sparse_mla/sparse_mla_config.h"
+
+namespace attnserve::cuda::sparse_mla_sm80 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Dequantizes one raw tile of FP8-656 tokens into bf16 rows (thread: key = tid % 32, 64 latent
+// values and 8 rope values per thread; the layout is cache_formats.h Fp8MlaLayout).
+__device__ __forceinline__ void dequantize_tile(const uint8_t* sRaw, uint8_t* sTile, int tid) {
+  const int key = tid & 31, part = tid >> 5;
+  const uint8_t* src = sRaw + key * kFp8TokenBytes;  // [656]
+  uint8_t* dst = sTile + key * kRowBytes;            // [576] bf16
+  const float scale = *reinterpret_cast<const float*>(src + 512 + 4 * (part >> 1));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 u = *reinterpret_cast<const uint4*>(src + 64 * part + 16 * i);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 f0 = dsa::fp8x2_to_float2(uint16_t(w[e] & 0xffffu));
+      const float2 f1 = dsa::fp8x2_to_float2(uint16_t(w[e] >> 16));
+      o[2 * e] = dsa::pack_bf16x2(f0.x * scale, f0.y * scale);
+      o[2 * e + 1] = dsa::pack_bf16x2(f1.x * scale, f1.y * scale);
+    }
+    uint4* d = reinterpret_cast<uint4*>(dst + 2 * (64 * part + 16 * i));
+    d[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    d[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+  *reinterpret_cast<uint4*>(dst + 2 * (512 + 8 * part)) = *reinterpret_cast<const uint4*>(src + 528 + 16 * part);
+}
+
+template <int HB, bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p) {
+  constexpr int MT = HB / 16;                  // head tiles of 16
+  constexpr int KG = 2;                        // QK key groups (16 keys each)
+  constexpr int KS = 8 / (MT * KG);            // QK k-splits
+  constexpr int kKsteps = 36 / KS;             // k-steps of 16 per split
+  constexpr int kPvWarps = 8 / MT;             // PV warps per head tile
+  constexpr int DVW = kDimV / kPvWarps;        // value dims per PV warp
+  constexpr int NT = DVW / 8;                  // PV n-tiles per warp
+  constexpr int kChunksBf16 = kDimQk * 2 / 16;          // 72 per row
+  constexpr int kChunksFp8 = kFp8TokenBytes / 16;       // 41 per token
+  static_assert(KS * MT * KG == 8 && 36 % KS == 0 && NT % 2 == 0, "warp layout");
+  static_assert(KS == k_splits_of(HB), "k-splits");
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  const int64_t row = blockIdx.x / p.head_blocks;
+  const int h0 = int(blockIdx.x % p.head_blocks) * HB;
+  const int stages = p.stages;
+  const SmemLayout L = smem_layout(HB, kFp8, stages);
+  uint8_t* sQ = smem + L.q_off;        // [HB][kRowBytes]
+  uint8_t* sRing = smem + L.ring_off;  // [stages][stage_bytes]
+  uint8_t* sTile = smem + L.tile_off;  // FP8: [32][kRowBytes]
+  float* sScore = reinterpret_cast<float*>(smem + L.score_off);   // [KS][HB][kScoreStride]
+  uint32_t* sMask = reinterpret_cast<uint32_t*>(smem + L.mask_off);  // [kMaxStages]
+
+  int n = p.topk;
+  if (p.topk_length) {
+    const int v = p.topk_length[row * p.topk_length_stride];
+    n = v < 0 ? 0 : (v > p.topk ? p.topk : v);
+  }
+  const int num_tiles = (n + kTileKeys - 1) / kTileKeys;
+  const int32_t* idx_row = p.indices + row * p.idx_row_stride;
+
+  // Q block (zero rows past h_q), committed with the first tile.
+  for (int c = tid; c < HB * kChunksBf16; c += kThreads) {
+    const int h = c / kChunksBf16, ch = c % kChunksBf16, head = h0 + h;
+    const bool ok = head < p.h_q;
+    const uint16_t* src = ok ? p.q + row * p.q_row_stride + int64_t(head) * p.q_head_stride + ch * 8 : p.q;
+    dsa::cp_async_16(dsa::smem_u32(sQ + h * kRowBytes + ch * 16), src, ok ? 16 : 0);
+  }
+
+  // Gathers tile t into ring slot `slot`. Every warp loads the tile's 32 slot ids (lane = key).
+  auto issue = [&](int t, int slot) {
+    const int pos = t * kTileKeys + lane;
+    int sid = -1;
+    if (pos < n) {
+      const int64_t v = idx_row[int64_t(pos) * p.idx_col_stride];
+      if (v >= 0 && v < p.num_slots) sid = int(v);
+    }
+    if (warp == 0) {
+      const unsigned m = __ballot_sync(dsa::kFullMask, sid >= 0);
+      if (lane == 0) sMask[slot] = m;
+    }
+    uint8_t* dst_tile = sRing + std::size_t(slot) * L.stage_bytes;
+    if constexpr (!kFp8) {
+      static_assert(kTileKeys * kChunksBf16 % kThreads == 0, "uniform trip count");
+      for (int c = tid; c < kTileKeys * kChunksBf16; c += kThreads) {
+        const int key = c / kChunksBf16, ch = c % kChunksBf16;
+        const int s = __shfl_sync(dsa::kFullMask, sid, key);
+        const uint8_t* src = s >= 0 ? p.kv + int64_t(s) * p.kv_row_bytes + ch * 16 : p.kv;
+        dsa::cp_async_16(dsa::smem_u32(dst_tile + key * kRowBytes + ch * 16), src, s >= 0 ? 16 : 0);
+      }
+    } else {
+      constexpr int kTotal = kTileKeys * kChunksFp8;  // 1312
+      for (int base = 0; base < kTotal; base += kThreads) {  // uniform trip count (shuffles)
+        const int c = base + tid;
+        const int key = min(c / kChunksFp8, kTileKeys - 1), ch = c - key * kChunksFp8;
+        const int s = __shfl_sync(dsa::kFullMask, sid, key);
+        if (c < kTotal) {
+          const uint8_t* src = s >= 0 ? p.kv + int64_t(s) * p.kv_row_bytes + ch * 16 : p.kv;
+          dsa::cp_async_16(dsa::smem_u32(dst_tile + key * kFp8TokenBytes + ch * 16), src, s >= 0 ? 16 : 0);
+        }
+      }
+    }
+  };
+
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < num_tiles) issue(s, s);
+    dsa::cp_async_commit();
+  }
+
+  // Roles.
+  const int qk_m = warp / (KG * KS), qk_kg = (warp / KS) % KG, qk_ks = warp % KS;
+  const int pv_m = warp / kPvWarps, pv_dv = warp % kPvWarps;
+
+  float m_run[2] = {-INFINITY, -INFINITY};  // rows g, g + 8 of head tile pv_m (base-2 scaled scores)
+  float l_run[2] = {0.f, 0.f};              // this lane's partial sums
+  float o[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+  for (int t = 0; t < num_tiles; ++t) {
+    dsa::cp_async_wait_dyn(stages - 2);  // tile t (and Q) landed
+    __syncthreads();
+    const int slot = t % stages;
+    const uint8_t* sK;
+    if constexpr (kFp8) {
+      dequantize_tile(sRing + std::size_t(slot) * L.stage_bytes, sTile, tid);
+      __syncthreads();
+      sK = sTile;
+    } else {
+      sK = sRing + std::size_t(slot) * L.stage_bytes;
+    }
+    {  // refill the slot of tile t - 1 (everyone finished it at the end of the previous iteration)
+      const int tn = t + stages - 1;
+      if (tn < num_tiles) issue(tn, tn % stages);
+      dsa::cp_async_commit();
+    }
+
+    // ---- QK^T: S[16 heads of qk_m][16 keys of qk_kg], dims of split qk_ks.
+    {
+      float acc[2][2][4];
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) acc[c][j][0] = acc[c][j][1] = acc[c][j][2] = acc[c][j][3] = 0.f;
+      const uint32_t qa = dsa::smem_u32(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
+      const uint32_t kb = dsa::smem_u32(sK) + (16 * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
+#pragma unroll
+      for (int kk = 0; kk < kKsteps; ++kk) {
+        const uint32_t col_bytes = 32u * uint32_t(qk_ks * kKsteps + kk);
+        uint32_t a[4], b[4];
+        dsa::ldmatrix_x4(qa + col_bytes, a);
+        dsa::ldmatrix_x4(kb + col_bytes, b);
+        dsa::mma_bf16_16816(acc[kk & 1][0], a, b[0], b[1]);
+        dsa::mma_bf16_16816(acc[kk & 1][1], a, b[2], b[3]);
+      }
+      float* s_out = sScore + (qk_ks * HB + 16 * qk_m + g) * kScoreStride + 16 * qk_kg + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        *reinterpret_cast<float2*>(s_out + 8 * j) = make_float2(acc[0][j][0] + acc[1][j][0], acc[0][j][1] + acc[1][j][1]);
+        *reinterpret_cast<float2*>(s_out + 8 * kScoreStride + 8 * j) =
+            make_float2(acc[0][j][2] + acc[1][j][2], acc[0][j][3] + acc[1][j][3]);
+      }
+    }
+    __syncthreads();
+
+    // ---- online softmax over the tile (rows g, g + 8 of head tile pv_m).
+    const uint32_t mask = sMask[slot];
+    float sv[2][2][4];  // [row r][k-step kk][cols 16kk + 2tig + {0,1}, 16kk + 8 + 2tig + {0,1}]
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int col = 16 * kk + 8 * half + 2 * tig;
+          const float* src = sScore + (16 * pv_m + g + 8 * r) * kScoreStride + col;
+          float2 v = *reinterpret_cast<const float2*>(src);
+#pragma unroll
+          for (int ks = 1; ks < KS; ++ks) {
+            const float2 x = *reinterpret_cast<const float2*>(src + ks * HB * kScoreStride);
+            v.x += x.x;
+            v.y += x.y;
+          }
+          sv[r][kk][2 * half] = (mask >> col) & 1u ? v.x * p.scale_log2 : -INFINITY;
+          sv[r][kk][2 * half + 1] = (mask >> (col + 1)) & 1u ? v.y * p.scale_log2 : -INFINITY;
+        }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tmax = fmaxf(tmax, sv[r][kk][e]);
+      tmax = fmaxf(tmax, __shfl_xor_sync(dsa::kFullMask, tmax, 1));
+      tmax = fmaxf(tmax, __shfl_xor_sync(dsa::kFullMask, tmax, 2));
+      const float m_new = fmaxf(m_run[r], tmax);
+      alpha[r] = m_run[r] == -INFINITY ? 0.f : exp2f(m_run[r] - m_new);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sv[r][kk][e] = exp2f(sv[r][kk][e] - m_use);
+          sum += sv[r][kk][e];
+        }
+      l_run[r] = l_run[r] * alpha[r] + sum;
+      m_run[r] = m_new;
+    }
+    if (!__all_sync(dsa::kFullMask, alpha[0] == 1.f && alpha[1] == 1.f)) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+      }
+    }
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      pa[kk][0] = dsa::pack_bf16x2(sv[0][kk][0], sv[0][kk][1]);  // row g, cols 16kk + 2tig
+      pa[kk][1] = dsa::pack_bf16x2(sv[1][kk][0], sv[1][kk][1]);  // row g + 8
+      pa[kk][2] = dsa::pack_bf16x2(sv[0][kk][2], sv[0][kk][3]);  // row g, cols + 8
+      pa[kk][3] = dsa::pack_bf16x2(sv[1][kk][2], sv[1][kk][3]);  // row g + 8, cols + 8
+    }
+
+    // ---- O[16 heads][DVW dims] += P[16][32] V[32][DVW].
+    {
+      const uint32_t vb =
+          dsa::smem_u32(sK) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 2 * (pv_dv * DVW + 8 * (lane >> 4));
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int j = 0; j < NT / 2; ++j) {
+          uint32_t b[4];
+          dsa::ldmatrix_x4_trans(vb + uint32_t(kk * 16 * kRowBytes + j * 32), b);
+          dsa::mma_bf16_16816(o[2 * j], pa[kk], b[0], b[1]);
+          dsa::mma_bf16_16816(o[2 * j + 1], pa[kk], b[2], b[3]);
+        }
+    }
+    __syncthreads();  // the slot, the scores and (FP8) the tile are free
+  }
+  dsa::cp_async_wait<0>();
+
+  // ---- epilogue
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(dsa::kFullMask, l, 1);
+    l += __shfl_xor_sync(dsa::kFullMask, l, 2);
+    const int head = h0 + 16 * pv_m + g + 8 * r;
+    if (head >= p.h_q) continue;
+    const bool empty = m_run[r] == -INFINITY;
+    float inv = 0.f;
+    if (!empty) {
+      float denom = l;
+      if (p.sink) denom += exp2f(p.sink[int64_t(head) * p.sink_stride] * kLog2e - m_run[r]);
+      inv = 1.f / denom;
+    }
+    uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + row * p.out_row_stride + int64_t(head) * p.out_head_stride +
+                                                pv_dv * DVW + 2 * tig);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) dst[4 * j] = dsa::pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    if (pv_dv == 0 && tig == 0) {
+      if (p.lse) p.lse[row * p.lse_row_stride + int64_t(head) * p.lse_head_stride] = empty ? -INFINITY : (m_run[r] + log2f(l)) * kLn2;
+      if (p.max_logits)
+        p.max_logits[row * p.ml_row_stride + int64_t(head) * p.ml_head_stride] = empty ? -INFINITY : m_run[r] * kLn2;
+    }
+  }
+}
+
+}  // namespace attnserve::cuda::sparse_mla_sm80

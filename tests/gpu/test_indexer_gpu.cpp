@@ -1,0 +1,340 @@
+// Lightning indexer (paged and ragged) and FP8 activation quantization on CUDA, against the CPU oracle
+// and brute force: next_n 1..4, page sizes 1 / 5 / 64, any head count, zero-length and short requests,
+// long contexts, windows of every kind, page ids outside the pool (device memory: skipped as -inf).
+// Logits follow the tolerance rule against the fp64 brute force (base: the larger error of the CPU
+// oracle and of a plain float32 loop); -inf positions match exactly; nothing is left unwritten;
+// two GPU runs give identical bits. Quantization must equal the CPU oracle bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "attnserve/ops/indexer.h"
+#include "cpu/test_indexer_util.h"
+#include "test_sparse_gpu_util.h"
+
+using namespace attnserve;
+using namespace attnserve::test;
+using namespace attnserve::test::dsa_gpu;
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// GPU logits against brute force (ref64, ref32) and the CPU oracle's logits.
+void expect_logits(const HostTensor& gpu, const HostTensor& cpu, const std::vector<double>& ref64,
+                   const std::vector<double>& ref32) {
+  const std::vector<double> got = to_doubles(gpu), oracle = to_doubles(cpu);
+  ASSERT_EQ(count_nan(got), 0) << "logits left unwritten (poison) or NaN";
+  ASSERT_EQ(nonfinite_mismatches(got, ref64), 0) << "-inf positions differ from the reference";
+  ASSERT_EQ(nonfinite_mismatches(oracle, ref64), 0) << "CPU oracle: -inf positions differ";
+  const double base = same_precision_error(oracle, ref32, ref64);
+  const double err = rel_l2(got, ref64);
+  EXPECT_LE(err, tolerance_by_rule(base, DType::f32)) << "GPU rel_l2 " << err << ", CPU oracle "
+                                                       << rel_l2(oracle, ref64) << ", float32 loop " << rel_l2(ref32, ref64);
+}
+
+// Runs the paged indexer on the GPU twice (poisoned logits), requires identical bits, returns the logits.
+HostTensor run_paged_gpu(const IndexerPagedArgs& h, const HostTensor& logits_like, const TensorView* page_table_override = nullptr) {
+  DeviceMirror q(h.q), w(h.weights), pool(h.index_k_cache), pt(page_table_override ? *page_table_override : h.page_table),
+      sl(h.seqlens), out(h.logits);
+  IndexerPagedArgs d = h;
+  d.q = q.view, d.weights = w.view, d.index_k_cache = pool.view, d.page_table = pt.view, d.seqlens = sl.view, d.logits = out.view;
+  std::vector<uint8_t> first;
+  for (int run = 0; run < 2; ++run) {
+    out.poison();
+    indexer_paged(d);
+    stream_synchronize({});
+    if (run == 0) first = out.bytes();
+    else EXPECT_TRUE(first == out.bytes()) << "two GPU runs differ";
+  }
+  HostTensor got = logits_like;
+  std::memcpy(got.bytes.data(), first.data(), first.size());
+  return got;
+}
+
+struct PagedCase {
+  std::vector<int> seqlens;
+  int next_n = 1, page_size = 64;
+  int64_t heads = 64;
+  int extra_cols = 9;  // logits columns past the longest request (-inf)
+};
+
+void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_page_of_request0 = -1) {
+  SCOPED_TRACE("next_n " + std::to_string(c.next_n) + " page_size " + std::to_string(c.page_size) + " heads " +
+               std::to_string(c.heads));
+  const int64_t b = int64_t(c.seqlens.size()), rows = b * c.next_n;
+  const int max_context = *std::max_element(c.seqlens.begin(), c.seqlens.end()) + c.extra_cols;
+  const int max_pages = (max_context + c.page_size - 1) / c.page_size + 1;
+  IndexKeyPool kp(c.seqlens, c.page_size, max_pages, g);
+  HostTensor q = random_fp8_q(rows, c.heads, g), w = random_weights(rows, c.heads, g);
+  HostTensor sl(DType::i32, {b}), logits(DType::f32, {rows, max_context});
+  for (int64_t r = 0; r < b; ++r) sl.ptr<int32_t>()[r] = c.seqlens[size_t(r)];
+  const IndexerPagedArgs args{.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view,
+                              .page_table = kp.page_table.view, .seqlens = sl.view, .logits = logits.view,
+                              .page_size = c.page_size, .next_n = c.next_n};
+  poison(logits);
+  indexer_paged(args);  // CPU oracle
+  const HostTensor cpu = logits;
+
+  HostTensor table = kp.page_table;  // (a corrupted copy for the GPU when asked)
+  if (corrupt_page_of_request0 >= 0) table.ptr<int32_t>()[corrupt_page_of_request0] = corrupt_page_of_request0 % 2 ? -1 : 1 << 30;
+  const HostTensor gpu = run_paged_gpu(args, logits, &table.view);
+  if (::testing::Test::HasFailure()) return;
+
+  const std::vector<float> qf = to_floats(q), wf = to_floats(w);
+  std::vector<double> ref64(size_t(rows * max_context), kNegInf), ref32(ref64.size(), kNegInf);
+  for (int64_t r = 0; r < b; ++r)
+    for (int t = 0; t < c.next_n; ++t) {
+      const int64_t row = r * c.next_n + t;
+      const int64_t visible = std::max<int64_t>(0, c.seqlens[size_t(r)] - c.next_n + t + 1);
+      for (int64_t j = 0; j < visible; ++j) {
+        if (r == 0 && j / c.page_size == corrupt_page_of_request0) continue;  // skipped by the kernel: -inf
+        const QuantizedKey& key = kp.keys[size_t(r)][size_t(j)];
+        const std::vector<float> k = decode_key(key.bytes);
+        const float* qr = qf.data() + row * c.heads * kIdxDim;
+        const float* wr = wf.data() + row * c.heads;
+        ref64[size_t(row * max_context + j)] = reference_score<double>(qr, wr, c.heads, k.data(), key.scale);
+        ref32[size_t(row * max_context + j)] = reference_score<float>(qr, wr, c.heads, k.data(), key.scale);
+      }
+    }
+  if (corrupt_page_of_request0 >= 0) {  // the oracle ran on the intact table: blank the same columns
+    HostTensor cpu_masked = cpu;
+    for (int t = 0; t < c.next_n; ++t)
+      for (int64_t j = 0; j < max_context; ++j)
+        if (j / c.page_size == corrupt_page_of_request0) cpu_masked.ptr<float>()[t * max_context + j] = -INFINITY;
+    expect_logits(gpu, cpu_masked, ref64, ref32);
+  } else {
+    expect_logits(gpu, cpu, ref64, ref32);
+  }
+}
+
+// A contiguous key buffer for the ragged form.
+struct KeyBuffer {
+  HostTensor k, k_scale;
+  KeyBuffer(int64_t num_keys, std::mt19937_64& g) : k(DType::fp8_e4m3, {num_keys, kIdxDim}), k_scale(DType::f32, {num_keys}) {
+    for (int64_t j = 0; j < num_keys; ++j) {
+      QuantizedKey qk = random_key(g);
+      std::memcpy(k.bytes.data() + j * kIdxDim, qk.bytes, kIdxDim);
+      k_scale.ptr<float>()[j] = qk.scale;
+    }
+  }
+};
+
+// windows: per row [ks, ke); empty = all random.
+void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::mt19937_64& g,
+                     const std::vector<std::pair<int, int>>& windows = {}) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads) + " keys " + std::to_string(num_keys));
+  HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g);
+  KeyBuffer kb(num_keys, g);
+  HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), logits(DType::f32, {rows, num_keys});
+  std::uniform_int_distribution<int32_t> pos(0, int32_t(num_keys));
+  for (int64_t i = 0; i < rows; ++i) {
+    int32_t a = pos(g), b = pos(g);
+    if (!windows.empty()) a = windows[size_t(i)].first, b = windows[size_t(i)].second;
+    ks.ptr<int32_t>()[i] = std::min(a, b);
+    ke.ptr<int32_t>()[i] = std::max(a, b);
+  }
+  const IndexerRaggedArgs args{.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view,
+                               .ks = ks.view, .ke = ke.view, .logits = logits.view};
+  poison(logits);
+  indexer_ragged(args);
+  const HostTensor cpu = logits;
+
+  DeviceMirror dq(q.view), dw(w.view), dk(kb.k.view), dks(kb.k_scale.view), dlo(ks.view), dhi(ke.view), dout(logits.view);
+  IndexerRaggedArgs d{.q = dq.view, .weights = dw.view, .k = dk.view, .k_scale = dks.view, .ks = dlo.view, .ke = dhi.view,
+                      .logits = dout.view};
+  std::vector<uint8_t> first;
+  for (int run = 0; run < 2; ++run) {
+    dout.poison();
+    indexer_ragged(d);
+    stream_synchronize({});
+    if (run == 0) first = dout.bytes();
+    else ASSERT_TRUE(first == dout.bytes()) << "two GPU runs differ";
+  }
+  HostTensor gpu = logits;
+  std::memcpy(gpu.bytes.data(), first.data(), first.size());
+
+  const std::vector<float> qf = to_floats(q), wf = to_floats(w);
+  std::vector<double> ref64(size_t(rows * num_keys), kNegInf), ref32(ref64.size(), kNegInf);
+  for (int64_t j = 0; j < num_keys; ++j) {
+    const std::vector<float> k = decode_key(kb.k.bytes.data() + j * kIdxDim);
+    const float scale = kb.k_scale.ptr<float>()[j];
+    for (int64_t i = 0; i < rows; ++i) {
+      if (j < ks.ptr<int32_t>()[i] || j >= ke.ptr<int32_t>()[i]) continue;
+      const size_t o = size_t(i * num_keys + j);
+      ref64[o] = reference_score<double>(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
+      ref32[o] = reference_score<float>(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
+    }
+  }
+  expect_logits(gpu, cpu, ref64, ref32);
+}
+
+}  // namespace
+
+// ---- paged ------------------------------------------------------------------------------------
+
+class IndexerPagedGpu : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(IndexerPagedGpu, CausalRowsMatchCpu) {
+  DSA_REQUIRE_GPU();
+  const auto [next_n, page_size] = GetParam();
+  auto g = rng_for_test();
+  std::uniform_int_distribution<int> len(next_n, 700);
+  // last_page_partial (random lengths), a request ending on a page boundary, one spanning many warps.
+  run_paged_case({.seqlens = {len(g), 128, len(g), 1000}, .next_n = next_n, .page_size = page_size}, g);
+}
+
+INSTANTIATE_TEST_SUITE_P(Indexer, IndexerPagedGpu,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(1, 5, 64)),
+                         [](const auto& info) {
+                           return "next_n_" + std::to_string(std::get<0>(info.param)) + "_page_size_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(IndexerPagedGpuEdge, AnyNumberOfHeads) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t heads : {1, 3, 8, 17, 32, 128}) {
+    run_paged_case({.seqlens = {300, 77}, .next_n = 2, .page_size = 64, .heads = heads}, g);
+    if (HasFailure()) return;
+  }
+}
+
+TEST(IndexerPagedGpuEdge, ZeroLenKvAndShortRequests) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {0, 1, 3}, .next_n = 1, .page_size = 4, .heads = 5}, g);   // zero_len_kv
+  run_paged_case({.seqlens = {1, 2, 6}, .next_n = 3, .page_size = 2, .heads = 3}, g);   // fewer keys than next_n
+  run_paged_case({.seqlens = {0, 0}, .next_n = 2, .page_size = 64, .heads = 64}, g);    // nothing visible at all
+}
+
+TEST(IndexerPagedGpuEdge, WideLogitsTrailingColumnsAreNegInf) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {100, 33}, .next_n = 1, .page_size = 16, .heads = 64, .extra_cols = 1000}, g);
+}
+
+TEST(IndexerPagedGpuEdge, LongContext) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {20000}, .next_n = 2, .page_size = 64, .heads = 64}, g);
+}
+
+// Page ids in device memory cannot be validated by the dispatcher: a page outside the pool is skipped
+// (its columns are -inf), never read.
+TEST(IndexerPagedGpuEdge, PageIdsOutsideThePoolAreSkipped) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {500, 300}, .next_n = 1, .page_size = 64, .heads = 16}, g, 2);  // page 2: 1 << 30
+  run_paged_case({.seqlens = {500, 300}, .next_n = 2, .page_size = 64, .heads = 16}, g, 3);  // page 3: -1
+}
+
+// ---- ragged -----------------------------------------------------------------------------------
+
+TEST(IndexerRaggedGpu, RandomWindowsMatchCpu) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  run_ragged_case(37, 64, 700, g);
+}
+
+TEST(IndexerRaggedGpu, AnyNumberOfHeads) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t heads : {1, 5, 8, 33, 128}) {
+    run_ragged_case(9, heads, 300, g);
+    if (HasFailure()) return;
+  }
+}
+
+// Prefill of two requests packed in one key buffer: row t of request r sees its request's keys up to
+// its own position; plus an empty window, the whole buffer, and a window ending at the buffer's end.
+TEST(IndexerRaggedGpu, CausalPrefillWindows) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  std::vector<std::pair<int, int>> w;
+  for (int t = 0; t < 40; ++t) w.push_back({0, 200 + t + 1});      // request 0: keys [0, 240), last 40 rows
+  for (int t = 0; t < 23; ++t) w.push_back({240, 240 + 7 + t});   // request 1: keys [240, 270)
+  w.push_back({5, 5});                                            // empty window
+  w.push_back({0, 270});                                          // the whole buffer
+  w.push_back({269, 270});                                        // the last key only
+  run_ragged_case(int64_t(w.size()), 64, 270, g, w);
+}
+
+// ---- quantize_fp8_groups ----------------------------------------------------------------------
+
+namespace {
+
+HostTensor random_activations(DType dtype, int64_t rows, int64_t dim, int group, std::mt19937_64& g) {
+  HostTensor x(dtype, {rows, dim});
+  std::uniform_real_distribution<float> u(-1.f, 1.f), mag(-3.f, 3.f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t gi = 0; gi < dim / group; ++gi) {
+      const float m = std::pow(10.f, mag(g));
+      for (int64_t c = gi * group; c < (gi + 1) * group; ++c) {
+        float v = u(g) * m;
+        if (v == 0.f) v = m;
+        x.set(r * dim + c, v);
+      }
+    }
+  return x;
+}
+
+// CPU oracle and GPU (twice) on the same views; outputs must be bit-identical.
+void expect_quantize_matches(const QuantizeFp8Args& h, HostTensor& out, HostTensor& scales) {
+  poison(out);
+  poison(scales);
+  quantize_fp8_groups(h);
+  const HostTensor cpu_out = out, cpu_scales = scales;
+  DeviceMirror dx(h.x), dout(h.out), dsc(h.scales);
+  QuantizeFp8Args d{.x = dx.view, .out = dout.view, .scales = dsc.view, .group = h.group};
+  std::vector<uint8_t> first_out, first_sc;
+  for (int run = 0; run < 2; ++run) {
+    dout.poison();
+    dsc.poison();
+    quantize_fp8_groups(d);
+    stream_synchronize({});
+    if (run == 0) first_out = dout.bytes(), first_sc = dsc.bytes();
+    else ASSERT_TRUE(first_out == dout.bytes() && first_sc == dsc.bytes()) << "two GPU runs differ";
+  }
+  dout.download(h.out);
+  dsc.download(h.scales);
+  ASSERT_EQ(std::memcmp(out.bytes.data(), cpu_out.bytes.data(), out.bytes.size()), 0) << "fp8 codes differ from the CPU";
+  ASSERT_EQ(std::memcmp(scales.bytes.data(), cpu_scales.bytes.data(), scales.bytes.size()), 0) << "scales differ";
+}
+
+}  // namespace
+
+TEST(QuantizeFp8Gpu, BitIdenticalToCpuAllDtypesAndGroups) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (int group : {128, 64, 1, 7}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " group " + std::to_string(group));
+      const int64_t rows = 37, dim = group == 7 ? 21 * 7 : 512;
+      HostTensor x = random_activations(dt, rows, dim, group, g);
+      for (int64_t c = 0; c < group; ++c) x.set(3 * dim + c, 0.f);  // an all-zero group: finite scale
+      x.set(5 * dim + 2, std::nanf(""));                             // NaN stays NaN, the scale stays finite
+      HostTensor out(DType::fp8_e4m3, {rows, dim}), scales(DType::f32, {rows, dim / group});
+      expect_quantize_matches({.x = x.view, .out = out.view, .scales = scales.view, .group = group}, out, scales);
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST(QuantizeFp8Gpu, StridedRowsAndExactPowersOfTwo) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  HostTensor wide = random_activations(DType::bf16, 20, 640, 128, g);
+  for (int r = 0; r < 20; ++r) wide.set(r * 640 + 5, 448.f * float(1 << (r % 5)));  // amax exactly 448 * 2^e
+  HostTensor out(DType::fp8_e4m3, {20, 512}), scales(DType::f32, {20, 4});
+  const TensorView x = wide.view.slice(1, 0, 512);  // row stride 640
+  expect_quantize_matches({.x = x, .out = out.view, .scales = scales.view, .group = 128}, out, scales);
+}
+
+TEST(QuantizeFp8Gpu, ZeroRows) {
+  DSA_REQUIRE_GPU();
+  HostTensor x(DType::bf16, {0, 128}), out(DType::fp8_e4m3, {0, 128}), scales(DType::f32, {0, 1});
+  DeviceMirror dx(x.view), dout(out.view), dsc(scales.view);
+  EXPECT_NO_THROW(quantize_fp8_groups({.x = dx.view, .out = dout.view, .scales = dsc.view}));
+}

@@ -1,0 +1,281 @@
+// Top-k on CUDA against the CPU oracle and brute force (compared as sets; len <= topk rows as exact
+// lists): random scores and any topk, heavy ties, all-equal rows, -0 / -inf / NaN, row starts, rows of
+// 64K / 128K / 256K with more than 16K candidates in the threshold bin, the fused transforms, the
+// kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
+// give identical bits.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "attnserve/ops/topk.h"
+#include "cpu/test_topk_util.h"
+#include "test_sparse_gpu_util.h"
+
+using namespace attnserve;
+using namespace attnserve::test;
+using namespace attnserve::test::dsa_gpu;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Runs `host_args` on the GPU (every tensor mirrored), twice with a poisoned output; requires identical
+// bits and copies the output into host_args.out.
+void run_gpu_twice(const TopkArgs& host_args) {
+  DeviceMirror scores(host_args.scores), lengths(host_args.lengths), out(host_args.out), starts(host_args.row_starts),
+      table(host_args.page_table_1), cu(host_args.cu_seqlens_q), offsets(host_args.offsets);
+  TopkArgs d = host_args;
+  d.scores = scores.view, d.lengths = lengths.view, d.out = out.view, d.row_starts = starts.view;
+  d.page_table_1 = table.view, d.cu_seqlens_q = cu.view, d.offsets = offsets.view;
+  const std::size_t ws_bytes = topk_workspace_size(d, query_device_caps(Device::cuda()));
+  Buffer ws(std::max<std::size_t>(ws_bytes, 16), Device::cuda());
+  std::vector<uint8_t> first;
+  for (int run = 0; run < 2; ++run) {
+    out.poison();
+    topk(d, Workspace{ws.data(), ws.bytes()}, {});
+    stream_synchronize({});
+    if (run == 0) first = out.bytes();
+    else ASSERT_TRUE(first == out.bytes()) << "two GPU runs differ";
+  }
+  out.download(host_args.out);
+}
+
+// The CPU oracle's output and the GPU's, row by row: exact lists for len <= topk, else equal sets.
+void expect_same_rows(const HostTensor& cpu_out, const HostTensor& gpu_out, const HostTensor& lengths, int64_t k) {
+  const int64_t rows = cpu_out.view.size(0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* cr = reinterpret_cast<const int32_t*>(cpu_out.bytes.data()) + r * k;
+    const int32_t* gr = reinterpret_cast<const int32_t*>(gpu_out.bytes.data()) + r * k;
+    std::vector<int32_t> c(cr, cr + k), gv(gr, gr + k);
+    const int64_t len = reinterpret_cast<const int32_t*>(lengths.bytes.data())[r];
+    if (len > k) {
+      std::sort(c.begin(), c.end());
+      std::sort(gv.begin(), gv.end());
+    }
+    ASSERT_EQ(gv, c) << "row " << r << " (len " << len << ", topk " << k << ")";
+  }
+}
+
+// CPU oracle, then the GPU (twice), then: GPU == brute force (p.check), GPU == CPU oracle.
+void check_gpu(TopkProblem& p, const TopkArgs& a, const std::function<int32_t(int64_t, int64_t)>& value_of = {}) {
+  p.run(a);
+  const HostTensor cpu_out = p.out;
+  run_gpu_twice(a);
+  if (::testing::Test::HasFatalFailure()) return;
+  p.check(value_of);
+  if (::testing::Test::HasFatalFailure()) return;
+  expect_same_rows(cpu_out, p.out, p.lengths, p.k);
+}
+void check_gpu(TopkProblem& p) { check_gpu(p, p.args()); }
+
+HostTensor random_slot_table(int64_t n, int64_t width, std::mt19937_64& g) {
+  HostTensor t(DType::i32, {n, width});
+  std::vector<int32_t> slots(static_cast<size_t>(n * width) * 2);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), g);
+  std::copy(slots.begin(), slots.begin() + n * width, t.ptr<int32_t>());
+  return t;
+}
+
+}  // namespace
+
+TEST(TopkGpu, RandomScoresAnyTopk) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {6000, 20000})  // the 256-thread and the 1024-thread kernels
+    for (int64_t k : {1, 7, 100, 2048, 3000}) {
+      SCOPED_TRACE("width " + std::to_string(width) + " topk " + std::to_string(k));
+      TopkProblem p(16, width, k);
+      fill_normal(p.row(0), p.rows * p.width, g);
+      std::uniform_int_distribution<int32_t> len(0, int32_t(width));
+      for (int64_t r = 0; r < p.rows; ++r) p.lengths.ptr<int32_t>()[r] = len(g);
+      p.lengths.ptr<int32_t>()[0] = int32_t(width);
+      p.lengths.ptr<int32_t>()[1] = int32_t(std::min<int64_t>(k + 1, width));
+      check_gpu(p);
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST(TopkGpu, HeavyTiesLowerPositionWins) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {5000, 20000}) {
+    TopkProblem p(6, width, 2048);
+    std::uniform_int_distribution<int> level(0, 4);
+    for (int64_t i = 0; i < p.rows * p.width; ++i) p.row(0)[i] = float(level(g)) - 2.f;
+    for (int64_t i = 0; i < p.width; ++i) p.row(1)[i] = (i % 3) ? -1.f : ((i % 2) ? 0.f : -0.f);  // -0 == +0
+    for (int64_t i = 0; i < p.width; ++i) p.row(2)[i] = (i % 2) ? 0.f : -0.f;                     // all "equal"
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(TopkGpu, AllEqualRowsGiveTheFirstPositions) {
+  DSA_REQUIRE_GPU();
+  TopkProblem p(5, 30000, 2048);
+  const float values[5] = {0.25f, -kInf, std::nanf(""), 1e30f, kInf};
+  for (int64_t r = 0; r < p.rows; ++r)
+    for (int64_t j = 0; j < p.width; ++j) p.row(r)[j] = values[r];
+  check_gpu(p);
+}
+
+TEST(TopkGpu, NegInfAndNaNAreStillCandidates) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  TopkProblem p(5, 9000, 2048);
+  for (int64_t i = 0; i < p.rows * p.width; ++i) p.row(0)[i] = -kInf;
+  std::uniform_int_distribution<int64_t> pos(0, p.width - 1);
+  for (int i = 0; i < 100; ++i) p.row(0)[pos(g)] = float(i);  // 100 finite, the rest -inf
+  fill_normal(p.row(1), 3000, g);                              // causal-style: -inf tail
+  for (int i = 0; i < 40; ++i) p.row(2)[pos(g)] = kInf;        // +inf ranks first
+  fill_normal(p.row(2) + 2000, 1000, g);
+  fill_normal(p.row(3), 2 * p.width, g);
+  for (int r = 3; r < 5; ++r)
+    for (int i = 0; i < 8000; ++i) p.row(r)[pos(g)] = (i % 3) ? std::nanf("") : -kInf;  // NaN below -inf
+  check_gpu(p);
+}
+
+TEST(TopkGpu, LenAtMostTopkIsTheIdentityThenPadding) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  TopkProblem p(6, 300, 100);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  const int32_t lens[6] = {0, 1, 99, 100, 101, 300};  // topk_len_zero, ..., len == topk, len == topk + 1
+  for (int r = 0; r < 6; ++r) p.lengths.ptr<int32_t>()[r] = lens[r];
+  check_gpu(p);
+}
+
+TEST(TopkGpu, RowStarts) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {3000, 40000}) {
+    TopkProblem p(12, width, 256);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    p.use_starts = true;
+    std::uniform_int_distribution<int32_t> pos(0, int32_t(width));
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const int32_t a = pos(g), b = pos(g);
+      p.starts.ptr<int32_t>()[r] = std::min(a, b);
+      p.lengths.ptr<int32_t>()[r] = std::max(a, b) - std::min(a, b);
+    }
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Nothing is dropped however many candidates share the threshold's bin, at 64K, 128K and 256K.
+TEST(TopkGpu, LongRows64KTo256K) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {int64_t(64) << 10, int64_t(128) << 10, int64_t(256) << 10}) {
+    SCOPED_TRACE("width " + std::to_string(width));
+    TopkProblem p(6, width, 2048);
+    fill_normal(p.row(0), width, g);                                    // random
+    std::uniform_int_distribution<int> level(0, 255);
+    for (int64_t j = 0; j < width; ++j) p.row(1)[j] = float(level(g));  // ~1000 equals per value
+    for (int64_t j = 0; j < width; ++j) p.row(2)[j] = (j % 5 == 2) ? 3.f : -float(j % 7);  // >16K equal maxima
+    std::uniform_int_distribution<uint32_t> ulps(0, 65535);             // one top-12-bit bin, all levels used
+    for (int64_t j = 0; j < width; ++j) p.row(3)[j] = bits_f32(0x3f800000u + ulps(g));
+    p.lengths.ptr<int32_t>()[3] = int32_t(width - 12345);
+    for (int64_t j = 0; j < width; ++j) p.row(4)[j] = 1.f;              // all equal: the first 2048
+    fill_normal(p.row(5), width, g);
+    for (int64_t j = 0; j < width; j += 3) p.row(5)[j] = 0.5f;          // a third of the row tied mid-range
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The benchmark's shape (128 rows x 64K, topk 2048), checked.
+TEST(TopkGpu, DecodeShape128x64K) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  TopkProblem p(128, int64_t(64) << 10, 2048);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  std::uniform_int_distribution<int32_t> len(1, int32_t(p.width));
+  for (int64_t r = 0; r < p.rows; ++r) p.lengths.ptr<int32_t>()[r] = r % 4 ? len(g) : int32_t(p.width);
+  check_gpu(p);
+}
+
+TEST(TopkGpu, TransformDecode) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  TopkProblem p(9, 3000, 256);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  std::uniform_int_distribution<int32_t> len(0, 3000);
+  for (int64_t r = 0; r < p.rows; ++r) p.lengths.ptr<int32_t>()[r] = len(g);
+  p.lengths.ptr<int32_t>()[1] = 100;  // short row: slots then -1 padding
+  HostTensor table = random_slot_table(p.rows, 3100, g);
+  auto a = p.args();
+  a.transform = TopkTransform::decode, a.page_table_1 = table.view;
+  check_gpu(p, a, [&](int64_t row, int64_t j) { return table.ptr<int32_t>()[row * 3100 + j]; });
+}
+
+TEST(TopkGpu, TransformPrefillFindsTheRequest) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  const std::vector<int> q_lens = {3, 0, 5, 2, 0};  // empty requests included
+  const std::vector<int> request_of_row = {0, 0, 0, 2, 2, 2, 2, 2, 3, 3};
+  TopkProblem p(10, 12000, 300);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  std::uniform_int_distribution<int32_t> len(0, 12000);
+  for (int64_t r = 0; r < p.rows; ++r) p.lengths.ptr<int32_t>()[r] = len(g);
+  p.lengths.ptr<int32_t>()[2] = 150;
+  HostTensor table = random_slot_table(5, 12000, g);
+  HostTensor cu(DType::i32, {6});
+  cu.ptr<int32_t>()[0] = 0;
+  for (int r = 0; r < 5; ++r) cu.ptr<int32_t>()[r + 1] = cu.ptr<int32_t>()[r] + q_lens[size_t(r)];
+  auto a = p.args();
+  a.transform = TopkTransform::prefill, a.page_table_1 = table.view, a.cu_seqlens_q = cu.view;
+  check_gpu(p, a, [&](int64_t row, int64_t j) { return table.ptr<int32_t>()[request_of_row[size_t(row)] * 12000 + j]; });
+}
+
+TEST(TopkGpu, TransformRaggedAddsTheOffset) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  TopkProblem p(7, 5000, 512);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  p.use_starts = true;
+  HostTensor offsets(DType::i32, {p.rows});
+  std::uniform_int_distribution<int32_t> pos(0, 5000), off(-1000, 100000);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const int32_t a0 = pos(g), b0 = pos(g);
+    p.starts.ptr<int32_t>()[r] = std::min(a0, b0);
+    p.lengths.ptr<int32_t>()[r] = std::max(a0, b0) - std::min(a0, b0);
+    offsets.ptr<int32_t>()[r] = off(g);
+  }
+  auto a = p.args();
+  a.transform = TopkTransform::ragged, a.offsets = offsets.view;
+  check_gpu(p, a, [&](int64_t row, int64_t j) { return int32_t(j + offsets.ptr<int32_t>()[row]); });
+}
+
+// Lengths and starts live in device memory, where the dispatcher cannot check them: the kernel clamps
+// start to [0, width] and len to [0, width - start]. Same answers as the CPU oracle on clamped values.
+TEST(TopkGpu, DeviceLengthsAreClampedToTheRow) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  TopkProblem p(6, 4000, 300);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  p.use_starts = true;
+  const int32_t starts[6] = {0, 0, 3900, -50, 100, 5000};
+  const int32_t lens[6] = {4001, -3, 500, 1000, 1 << 30, 10};
+  for (int r = 0; r < 6; ++r) p.starts.ptr<int32_t>()[r] = starts[r], p.lengths.ptr<int32_t>()[r] = lens[r];
+  run_gpu_twice(p.args());
+  if (HasFatalFailure()) return;
+  const HostTensor gpu_out = p.out;
+  for (int r = 0; r < 6; ++r) {
+    const int32_t s = std::clamp(starts[r], 0, 4000);
+    p.starts.ptr<int32_t>()[r] = s;
+    p.lengths.ptr<int32_t>()[r] = std::clamp(lens[r], 0, 4000 - s);
+  }
+  p.run();
+  expect_same_rows(p.out, gpu_out, p.lengths, p.k);
+}
+
+TEST(TopkGpu, ZeroRows) {
+  DSA_REQUIRE_GPU();
+  TopkProblem p(0, 100, 16);
+  EXPECT_NO_THROW(run_gpu_twice(p.args()));
+}
