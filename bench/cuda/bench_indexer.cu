@@ -1,0 +1,113 @@
+// Lightning-indexer speed (a benchmark, not a test): paged decode / verify scores over the indexer-key
+// pool (pages shuffled, pool far larger than L2) and ragged causal prefill scores. CUDA events, median
+// of many after warm-up. FLOPs = 2 * rows * heads * 128 * visible keys; bytes = keys read once
+// (132 B each: 128 fp8 + f32 scale) + logits written (4 B per (row, column)) + q.
+//
+// Usage: bench_indexer [--quick] [filter-substring]
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attnserve/cache_formats.h"
+#include "bench_sparse_util.cuh"
+
+using namespace attnserve;
+using namespace dsa_bench;
+
+namespace {
+
+void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_size) {
+  const std::string name = "indexer paged b " + std::to_string(b) + " ctx " + std::to_string(ctx >> 10) + "K heads " +
+                           std::to_string(heads) + " next_n " + std::to_string(next_n) + " page " + std::to_string(page_size);
+  if (!selected(name)) return;
+  const int64_t rows = b * next_n, pages_per = (ctx + page_size - 1) / page_size, num_pages = b * pages_per;
+  const std::size_t pool_bytes = std::size_t(num_pages) * IndexerKeyLayout::bytes_per_page(page_size);
+  Buffer pool(pool_bytes, Device::cuda());
+  fill_fp8(pool.data(), pool_bytes, 11);
+  // Scales: overwrite every page's scale block with 2^-4 (the fill above wrote fp8 codes there).
+  {
+    std::vector<float> scales(static_cast<std::size_t>(page_size), 0.0625f);
+    for (int64_t p = 0; p < num_pages; ++p)
+      DSA_CK(cudaMemcpy(static_cast<uint8_t*>(pool.data()) + p * IndexerKeyLayout::bytes_per_page(page_size) +
+                            std::size_t(page_size) * 128, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  }
+  std::vector<int32_t> ids(static_cast<std::size_t>(num_pages)), seq(static_cast<std::size_t>(b), int32_t(ctx));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(5));
+  Buffer pt(ids.size() * 4, Device::cuda()), sl(seq.size() * 4, Device::cuda());
+  DSA_CK(cudaMemcpy(pt.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  DSA_CK(cudaMemcpy(sl.data(), seq.data(), seq.size() * 4, cudaMemcpyHostToDevice));
+  const int sets = 2;
+  Buffer q(std::size_t(rows * heads * 128) * sets, Device::cuda()), w(std::size_t(rows * heads) * 4, Device::cuda());
+  Buffer logits(std::size_t(rows * ctx) * 4, Device::cuda());
+  fill_fp8(q.data(), std::size_t(rows * heads * 128) * sets, 12);
+  fill_f32(w.data(), std::size_t(rows * heads), 13, 0.2f);
+  IndexerPagedArgs a{.q = TensorView::contiguous(q.data(), DType::fp8_e4m3, {rows, heads, 128}, Device::cuda()),
+                     .weights = TensorView::contiguous(w.data(), DType::f32, {rows, heads}, Device::cuda()),
+                     .index_k_cache = TensorView::contiguous(pool.data(), DType::u8,
+                                                             {num_pages, int64_t(IndexerKeyLayout::bytes_per_page(page_size))}, Device::cuda()),
+                     .page_table = TensorView::contiguous(pt.data(), DType::i32, {b, pages_per}, Device::cuda()),
+                     .seqlens = TensorView::contiguous(sl.data(), DType::i32, {b}, Device::cuda()),
+                     .logits = TensorView::contiguous(logits.data(), DType::f32, {rows, ctx}, Device::cuda()),
+                     .page_size = page_size,
+                     .next_n = next_n};
+  const double us = median_us([&](int i) {
+    IndexerPagedArgs r = a;
+    r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * rows * heads * 128;
+    indexer_paged(r);
+  });
+  double visible = 0;
+  for (int t = 0; t < next_n; ++t) visible += double(b) * double(ctx - next_n + t + 1);
+  const double flops = 2.0 * double(heads) * 128 * visible;
+  const double bytes = double(b) * ctx * 132 + double(rows) * ctx * 4 + double(rows) * heads * 132;
+  report(name, us, flops, bytes, "floor: bytes at the copy ceiling");
+}
+
+void bench_ragged_prefill(int64_t tokens, int64_t heads) {
+  const std::string name = "indexer ragged causal prefill " + std::to_string(tokens) + " tokens heads " + std::to_string(heads);
+  if (!selected(name)) return;
+  Buffer q(std::size_t(tokens * heads * 128), Device::cuda()), w(std::size_t(tokens * heads) * 4, Device::cuda());
+  Buffer k(std::size_t(tokens) * 128, Device::cuda()), ks(std::size_t(tokens) * 4, Device::cuda()),
+      ke(std::size_t(tokens) * 4, Device::cuda()), scale(std::size_t(tokens) * 4, Device::cuda());
+  Buffer logits(std::size_t(tokens * tokens) * 4, Device::cuda());
+  fill_fp8(q.data(), std::size_t(tokens * heads * 128), 21);
+  fill_fp8(k.data(), std::size_t(tokens) * 128, 22);
+  fill_f32(w.data(), std::size_t(tokens * heads), 23, 0.2f);
+  fill_f32(scale.data(), std::size_t(tokens), 24, 0.1f);
+  std::vector<int32_t> lo(static_cast<std::size_t>(tokens), 0), hi(static_cast<std::size_t>(tokens));
+  std::iota(hi.begin(), hi.end(), 1);
+  DSA_CK(cudaMemcpy(ks.data(), lo.data(), lo.size() * 4, cudaMemcpyHostToDevice));
+  DSA_CK(cudaMemcpy(ke.data(), hi.data(), hi.size() * 4, cudaMemcpyHostToDevice));
+  IndexerRaggedArgs a{.q = TensorView::contiguous(q.data(), DType::fp8_e4m3, {tokens, heads, 128}, Device::cuda()),
+                      .weights = TensorView::contiguous(w.data(), DType::f32, {tokens, heads}, Device::cuda()),
+                      .k = TensorView::contiguous(k.data(), DType::fp8_e4m3, {tokens, 128}, Device::cuda()),
+                      .k_scale = TensorView::contiguous(scale.data(), DType::f32, {tokens}, Device::cuda()),
+                      .ks = TensorView::contiguous(ks.data(), DType::i32, {tokens}, Device::cuda()),
+                      .ke = TensorView::contiguous(ke.data(), DType::i32, {tokens}, Device::cuda()),
+                      .logits = TensorView::contiguous(logits.data(), DType::f32, {tokens, tokens}, Device::cuda())};
+  const double us = median_us([&](int) { indexer_ragged(a); }, 2, 10);
+  const double flops = 2.0 * double(heads) * 128 * double(tokens) * double(tokens + 1) / 2;
+  const double bytes = double(tokens) * tokens * 4 + double(tokens) * 132 * 2;
+  report(name, us, flops, bytes, "causal: half the square computed, all of it written");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  parse_args(argc, argv);
+  if (!cuda_available()) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  std::printf("== bench_indexer (median; pools far larger than L2)\n");
+  copy_ceiling_gbs();
+  bench_paged(128, 32 << 10, 64, 1, 64);
+  bench_paged(128, 8 << 10, 64, 1, 64);
+  bench_paged(64, 32 << 10, 64, 2, 64);
+  bench_paged(128, 32 << 10, 64, 1, 1);
+  bench_ragged_prefill(4096, 64);
+  bench_ragged_prefill(8192, 64);
+  return 0;
+}

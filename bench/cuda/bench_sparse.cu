@@ -1,0 +1,93 @@
+// Sparse MLA speed (a benchmark, not a test), against FlashMLA's figures measured on this H200
+// (shared/ANCHORS.md): FP8-656 sparse decode (b 128, h_q 128, topk 2048: 367 TFLOP/s), h_q 64 (299),
+// h_q 16 and 32 against FlashMLA padded to 64 heads (its time at h_q 64, so its useful TFLOP/s are a
+// quarter / half of 299), bf16 sparse prefill (s_q 4096, h_q 128, topk 2048 over 8K keys: 671).
+// FLOPs = 2 * rows * h_q * topk * (576 + 512). CUDA events, median after warm-up; decode pools and q
+// sets far larger than L2, random slots per row.
+//
+// Usage: bench_sparse [--quick] [filter-substring]
+#include <string>
+
+#include "bench_sparse_util.cuh"
+
+using namespace attnserve;
+using namespace dsa_bench;
+
+namespace {
+
+// FP8-656 token tails: 4 scales of 2^-4 and 64 bf16 rope values in (-1, 1).
+__global__ void fp8_token_tails(uint8_t* kv, int64_t tokens) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < tokens; t += int64_t(gridDim.x) * blockDim.x) {
+    uint8_t* tok = kv + t * 656;
+    for (int i = 0; i < 4; ++i) reinterpret_cast<float*>(tok + 512)[i] = 0.0625f;
+    for (int i = 0; i < 64; ++i) {
+      const uint32_t u = __float_as_uint(unit(uint64_t(t) * 64 + i, 77));
+      reinterpret_cast<uint16_t*>(tok + 528)[i] = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+  }
+}
+
+void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk, int64_t pool_tokens, bool fp8,
+                double peer_tflops, const std::string& peer) {
+  const std::string name = what + " rows " + std::to_string(rows) + " h_q " + std::to_string(h_q) + " topk " +
+                           std::to_string(topk) + (fp8 ? " fp8" : " bf16");
+  if (!selected(name)) return;
+  const int64_t row_bytes = fp8 ? 656 : 1152;
+  Buffer kv(std::size_t(pool_tokens * row_bytes), Device::cuda());
+  if (fp8) {
+    fill_fp8(kv.data(), std::size_t(pool_tokens * row_bytes), 31);  // latent codes; the tails are rewritten
+    fp8_token_tails<<<2048, 256>>>(static_cast<uint8_t*>(kv.data()), pool_tokens);
+    DSA_CK(cudaGetLastError());
+  } else {
+    fill_bf16(kv.data(), std::size_t(pool_tokens * 576), 31);
+  }
+  const std::size_t q_set = std::size_t(rows * h_q * 576) * 2;
+  const int sets = std::min(sets_for(q_set + std::size_t(rows * topk) * 4), (pool_tokens * row_bytes > int64_t(kL2Bytes) * 2) ? 4 : 2);
+  Buffer q(q_set * sets, Device::cuda()), idx(std::size_t(rows * topk) * 4 * sets, Device::cuda());
+  Buffer out(std::size_t(rows * h_q * 512) * 2, Device::cuda()), lse(std::size_t(rows * h_q) * 4, Device::cuda());
+  fill_bf16(q.data(), q_set / 2 * sets, 32);
+  fill_index(idx.data(), std::size_t(rows * topk) * sets, 33, uint32_t(pool_tokens));
+  SparseMlaArgs a{.q = TensorView::contiguous(q.data(), DType::bf16, {rows, h_q, 576}, Device::cuda()),
+                  .kv = fp8 ? TensorView::contiguous(kv.data(), DType::u8, {pool_tokens, 656}, Device::cuda())
+                            : TensorView::contiguous(kv.data(), DType::bf16, {pool_tokens, 576}, Device::cuda()),
+                  .indices = TensorView::contiguous(idx.data(), DType::i32, {rows, topk}, Device::cuda()),
+                  .out = TensorView::contiguous(out.data(), DType::bf16, {rows, h_q, 512}, Device::cuda())};
+  a.lse = TensorView::contiguous(lse.data(), DType::f32, {rows, h_q}, Device::cuda());
+  a.softmax_scale = 0.1352337f;
+  const double us = median_us([&](int i) {
+    SparseMlaArgs r = a;
+    r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * q_set;
+    r.indices.data = static_cast<int32_t*>(idx.data()) + std::size_t(i % sets) * rows * topk;
+    sparse_mla(r);
+  }, 3, 20);
+  const double flops = 2.0 * double(rows) * double(h_q) * double(topk) * (576 + 512);
+  const double bytes = double(rows) * topk * row_bytes + double(q_set) + double(rows * h_q * 512) * 2;
+  char note[160];
+  std::snprintf(note, sizeof note, "%.2fx of %s (%.0f TFLOP/s)", flops / us * 1e-6 / peer_tflops, peer.c_str(), peer_tflops);
+  report(name, us, flops, bytes, note);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  parse_args(argc, argv);
+  if (!cuda_available()) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  std::printf("== bench_sparse (median; KV bytes = rows * topk * (656 | 1152))\n");
+  copy_ceiling_gbs();
+  const int64_t pool = int64_t(1) << 20;  // 1M tokens: 688 MB (FP8) / 1.2 GB (bf16)
+  bench_case("sparse decode", 128, 128, 2048, pool, true, 367, "FlashMLA");
+  bench_case("sparse decode", 128, 64, 2048, pool, true, 299, "FlashMLA");
+  bench_case("sparse decode", 128, 32, 2048, pool, true, 299.0 / 2, "FlashMLA padded to 64 heads");
+  bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
+  bench_case("sparse decode (b 64, s_q 2)", 128, 128, 2048, pool, true, 368, "FlashMLA");
+  bench_case("sparse decode", 32, 128, 2048, pool, true, 226, "FlashMLA");
+  bench_case("sparse decode", 128, 128, 2048, pool, false, 246, "FA3 qv, page-1 table");
+  bench_case("sparse decode", 128, 16, 2048, pool, false, 45, "FA3 qv, page-1 table");
+  bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 671, "FlashMLA");
+  bench_case("sparse prefill s_kv 32K", 4096, 128, 2048, 32768, false, 623, "FlashMLA");
+  bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 561, "FlashMLA");
+  return 0;
+}
