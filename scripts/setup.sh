@@ -21,5 +21,5 @@ fi
 PY=${PYTHON:-python3}
 if ! $PY -c "import nanobind, numpy, pytest, scikit_build_core" 2>/dev/null; then
   echo "[setup] pip install -r python/requirements-dev.txt"
-  $PY -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
+  $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore -r python/requirements-dev.txt
 fi

@@ -48,6 +48,16 @@ struct HostTensor {
     bytes.assign(probe.nbytes() + 1, 0);  // +1 so empty tensors still have a data pointer
     view = TensorView::contiguous(bytes.data(), dtype, shape);
   }
+  // Copies own their bytes: the view is rebound to the new storage.
+  HostTensor(const HostTensor& o) : bytes(o.bytes), view(o.view) { view.data = bytes.data(); }
+  HostTensor& operator=(const HostTensor& o) {
+    bytes = o.bytes;
+    view = o.view;
+    view.data = bytes.data();
+    return *this;
+  }
+  HostTensor(HostTensor&&) = default;  // vector moves keep their buffer
+  HostTensor& operator=(HostTensor&&) = default;
   template <typename T> T* ptr() { return reinterpret_cast<T*>(bytes.data()); }
   float get(int64_t i) const { return cpu::load_as_float(bytes.data(), view.dtype, i); }
   void set(int64_t i, float v) { cpu::store_from_float(bytes.data(), view.dtype, i, v); }
@@ -60,7 +70,7 @@ inline void fill_uniform(HostTensor& t, std::mt19937_64& g, float lo = -1.f, flo
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(g));
 }
 
-// Poison: NaN bytes for floats (0xff), 0x7f7f7f7f for ints: any unwritten element shows.
+// Poison: every byte 0xff (NaN for floats, -1 for ints): any unwritten element shows.
 inline void poison(HostTensor& t) { std::memset(t.bytes.data(), 0xff, t.bytes.size()); }
 
 inline std::vector<double> to_doubles(const HostTensor& t) {

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds the Python extension in the main build tree and drops it into python/attnserve/
+# (use with PYTHONPATH=python). `pip install .` builds the same through scikit-build-core.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DATTNSERVE_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" >/dev/null
+cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target _attnserve
