@@ -320,6 +320,7 @@ int main(int argc, char** argv) {
   // Decode, h_q 32 / h_kv 8 / d 128, b 64 x 8K (target >= 3.5 TB/s of K+V read).
   for (int ps : {1, 16, 64}) bench_paged("decode b64x8K hq32 hkv8 page" + std::to_string(ps), 64, 32, 8, 128, ps, 1, 8192);
   bench_paged("decode b64x8K hq32 hkv8 page16 sequential-pages", 64, 32, 8, 128, 16, 1, 8192, false);
+  bench_paged("decode b64x8K hq32 hkv8 page1 sequential-pages", 64, 32, 8, 128, 1, 1, 8192, false);
   // h_q 16 / h_kv 2, b 128 x 4K (target >= 3.0 TB/s).
   for (int ps : {1, 16, 64})
     bench_paged("decode b128x4K hq16 hkv2 page" + std::to_string(ps), 128, 16, 2, 128, ps, 1, 4096);
@@ -332,6 +333,10 @@ int main(int argc, char** argv) {
     for (int s : {1, 2, 3, 4})
       bench_paged("sweep decode b128x4K hq16 hkv2 page16 splits" + std::to_string(s), 128, 16, 2, 128, 16, 1, 4096,
                   true, cuda::attn::Tuning{s, 0, 0});
+  if (!g_quick)
+    for (int st : {2, 3})
+      bench_paged("sweep decode b64x8K hq32 hkv8 page1 stages" + std::to_string(st), 64, 32, 8, 128, 1, 1, 8192,
+                  true, cuda::attn::Tuning{0, st, 0});
   if (!g_quick)
     for (int st : {2, 3, 4})
       bench_paged("sweep decode b64x8K hq32 hkv8 page16 stages" + std::to_string(st), 64, 32, 8, 128, 16, 1, 8192,

@@ -112,8 +112,10 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   const int h_q = int(a.q.size(1)), h_kv = int(a.k_cache.size(2)), group = h_q / std::max(1, h_kv);
   const int b = int(a.cache_seqlens.size(0));
   const int64_t rows_max = int64_t(std::max(1, a.max_seqlen_q)) * group;
-  c.mt = a.deterministic ? 4 : (rows_max <= 16 ? 1 : 4);
-  if (tune.mt == 1 || tune.mt == 4) c.mt = a.deterministic ? 4 : tune.mt;
+  // Deterministic mode always uses MT = 1 (16-row blocks, 4 warps splitting each key tile), so a
+  // row's summation order never depends on the other requests of the batch.
+  c.mt = a.deterministic ? 1 : (rows_max <= 16 ? 1 : 4);
+  if (!a.deterministic && (tune.mt == 1 || tune.mt == 4)) c.mt = tune.mt;
   c.m_blocks = ceil_div(rows_max, 16 * c.mt);
 
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
@@ -222,7 +224,7 @@ void run(const PagedAttentionArgs& a, Workspace ws, Stream stream, const Tuning&
 
   if (c.num_splits > 1) {
     const int64_t rows = int64_t(total_q) * h_q;
-    MergeInput in{p.part_o, rows * d, int64_t(h_q) * d, d, p.part_lse, rows, h_q, 1, c.num_splits};
+    MergeInput in{p.part_o, rows * d, int64_t(h_q) * d, d, p.part_lse, rows, h_q, 1, c.num_splits, p.cu_seqlens_q, b};
     MergeOutput out{a.out.data, a.out.stride(0), a.out.stride(1), p.lse, p.lse_st, p.lse_sh};
     launch_merge_states(in, DType::f32, out, a.out.dtype, total_q, h_q, d, s);
   }

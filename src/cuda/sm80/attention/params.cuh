@@ -63,7 +63,8 @@ constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
   const std::size_t raw_tile = std::size_t(kTileKeys) * d * (fp8 ? 1 : 2);
   const std::size_t conv = fp8 ? 2 * std::size_t(kTileKeys) * d * 2 : 0;
   const std::size_t stats = 640 * 4;
-  return q + std::size_t(stages) * 2 * raw_tile + conv + stats;
+  const std::size_t page_ring = std::size_t(stages + 1) * kTileKeys * 4;
+  return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring;
 }
 
 template <typename T, int D, bool FP8, int MT>

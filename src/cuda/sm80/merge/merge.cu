@@ -21,6 +21,7 @@ __global__ void merge_states_kernel(MergeInput in, MergeOutput out, int64_t toke
   if (row >= tokens * heads) return;
   const int64_t t = row / heads;
   const int h = int(row - t * heads);
+  if (in.cu && (t < in.cu[0] || t >= in.cu[in.b])) return;
   const float* s = in.s + t * in.s_st + h * in.s_sh;
   float m = -INFINITY;
   for (int p = lane; p < in.n; p += 32) m = fmaxf(m, s[p * in.s_sn]);

@@ -17,6 +17,10 @@ struct MergeInput {
   const float* s;
   int64_t s_sn, s_st, s_sh;
   int n;
+  // Optional row range from device memory: only tokens in [cu[0], cu[b]) are merged (the split
+  // combine of attention leaves rows outside the batch untouched, as the kernels do).
+  const int* cu = nullptr;
+  int b = 0;
 };
 struct MergeOutput {
   void* v;

@@ -148,7 +148,7 @@ void run(const MlaAttentionArgs& a, Workspace ws, Stream stream, const MlaTuning
   mla_kernel<<<grid, kThreads, c.smem, s>>>(p);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
   if (c.num_splits > 1) {
-    MergeInput in{p.part_o, rows * kDv, int64_t(h_q) * kDv, kDv, p.part_lse, rows, h_q, 1, c.num_splits};
+    MergeInput in{p.part_o, rows * kDv, int64_t(h_q) * kDv, kDv, p.part_lse, rows, h_q, 1, c.num_splits, p.cu_seqlens_q, b};
     MergeOutput out{a.out.data, a.out.stride(0), a.out.stride(1), p.lse, p.lse_st, p.lse_sh};
     launch_merge_states(in, DType::f32, out, DType::bf16, total_q, h_q, kDv, s);
   }

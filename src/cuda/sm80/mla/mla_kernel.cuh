@@ -48,7 +48,7 @@ struct Params {
 
 constexpr std::size_t smem_bytes(int stages) {
   return std::size_t(kRows) * kRowBytes + std::size_t(stages) * kTileBytes + kRows * kPStride * 2 + 2 * 4 * kRows * 4 +
-         std::size_t(stages) * kTileKeys * 4;
+         2 * std::size_t(stages + 1) * kTileKeys * 4;  // page-id ring and slot ring
 }
 
 __device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4)); }
@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
   T* sP = reinterpret_cast<T*>(sKV + p.stages * kTileBytes);
   float* sMax = reinterpret_cast<float*>(sP + kRows * kPStride);  // [4][16]
   float* sSum = sMax + 4 * kRows;                                 // [4][16]
-  int* sSlot = reinterpret_cast<int*>(sSum + 4 * kRows);          // [stages][32]
+  const int ring = p.stages + 1;
+  int* sSlot = reinterpret_cast<int*>(sSum + 4 * kRows);          // [ring][32] token slots per tile
+  int* sPage = sSlot + ring * kTileKeys;                          // [ring][32] page ids per tile
 
   // Q rows: [q_nope | q_rope] -> one swizzled 576-wide row per packed row.
   for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
@@ -113,21 +115,33 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
   }
   ptx::cp_async_commit();
 
+  // Page ids are cp.async'ed into a ring `stages` tiles ahead; warp 0 turns them into token slots
+  // one tile before their K/V load, so no thread waits on a page-table read.
   const int* pt = p.page_table + int64_t(r) * p.pt_st;
-  auto lookup = [&](int tile, int i) {  // slot of key i of a tile, -1 if none
-    const int j = k_begin + tile * kTileKeys + i;
+  auto issue_pages = [&](int tile) {
+    if (tile >= n_tiles) return;
+    const int j0 = k_begin + tile * kTileKeys;
+    const int p0 = j0 / p.page_size, p1 = (min(j0 + kTileKeys, k_end) - 1) / p.page_size;
+    if (tid <= p1 - p0) {
+      const int pi = p0 + tid;
+      const bool ok = pi < p.max_pages;
+      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % ring) * kTileKeys + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
+    }
+  };
+  auto make_slots = [&](int tile) {  // by threads 0..31, from landed page ids
+    if (tile >= n_tiles || tid >= kTileKeys) return;
+    const int j0 = k_begin + tile * kTileKeys, j = j0 + tid;
     const int pi = j / p.page_size;
     int slot = -1;
     if (j < k_end && pi < p.max_pages) {
-      const int page = __ldg(pt + pi);
+      const int page = sPage[(tile % ring) * kTileKeys + pi - j0 / p.page_size];
       if (page >= 0 && page < p.num_pages) slot = page * p.page_size + (j - pi * p.page_size);
     }
-    return slot;
+    sSlot[(tile % ring) * kTileKeys + tid] = slot;
   };
   auto issue = [&](int tile) {
-    const int st = tile % p.stages;
-    char* dst = sKV + st * kTileBytes;
-    const int* slots = sSlot + st * kTileKeys;
+    char* dst = sKV + (tile % p.stages) * kTileBytes;
+    const int* slots = sSlot + (tile % ring) * kTileKeys;
     for (int idx = tid; idx < kTileKeys * kChunks; idx += kThreads) {
       const int row = idx / kChunks, ch = idx % kChunks;
       const int slot = slots[row];
@@ -155,25 +169,29 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
   for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-  // Prologue: slots of the first stages-1 tiles (direct lookups), then their loads.
-  for (int s = 0; s < p.stages - 1 && s < n_tiles; ++s)
-    if (tid < kTileKeys) sSlot[(s % p.stages) * kTileKeys + tid] = lookup(s, tid);
+  // Prologue: group 0 = Q + page ids of the first `stages` tiles; then one group per K/V tile,
+  // carrying the page ids of the tile `stages` further on.
+  for (int s = 0; s < p.stages; ++s) issue_pages(s);
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  __syncthreads();
+  for (int s = 0; s < p.stages; ++s) make_slots(s);
   __syncthreads();
   for (int s = 0; s < p.stages - 1; ++s) {
     if (s < n_tiles) issue(s);
+    issue_pages(s + p.stages);
     ptx::cp_async_commit();
   }
-  int next_slot = (tid < kTileKeys && p.stages - 1 < n_tiles) ? lookup(p.stages - 1, tid) : -1;
 
   const uint32_t sQa = ptx::smem_addr(sQ), sPa = ptx::smem_addr(sP);
   for (int t = 0; t < n_tiles; ++t) {
     const int nt = t + p.stages - 1;
-    if (tid < kTileKeys && nt < n_tiles) sSlot[(nt % p.stages) * kTileKeys + tid] = next_slot;
     ptx::cp_async_wait_dyn(p.stages - 2);
     __syncthreads();
     if (nt < n_tiles) issue(nt);
+    issue_pages(nt + p.stages);
     ptx::cp_async_commit();
-    if (tid < kTileKeys && nt + 1 < n_tiles) next_slot = lookup(nt + 1, tid);
+    make_slots(nt + 1);  // its page ids came with tile t's group
 
     const uint32_t sKa = ptx::smem_addr(sKV + (t % p.stages) * kTileBytes);
     // S (16 x 8) = Q K^T for keys warp*8 .. warp*8+7, over 576 dims (two k-steps per ldmatrix.x4).
