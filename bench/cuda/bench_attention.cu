@@ -334,11 +334,7 @@ int main(int argc, char** argv) {
       bench_paged("sweep decode b128x4K hq16 hkv2 page16 splits" + std::to_string(s), 128, 16, 2, 128, 16, 1, 4096,
                   true, cuda::attn::Tuning{s, 0, 0});
   if (!g_quick)
-    for (int st : {2, 3})
-      bench_paged("sweep decode b64x8K hq32 hkv8 page1 stages" + std::to_string(st), 64, 32, 8, 128, 1, 1, 8192,
-                  true, cuda::attn::Tuning{0, st, 0});
-  if (!g_quick)
-    for (int st : {2, 3, 4})
+    for (int st : {3, 4, 5, 7})
       bench_paged("sweep decode b64x8K hq32 hkv8 page16 stages" + std::to_string(st), 64, 32, 8, 128, 16, 1, 8192,
                   true, cuda::attn::Tuning{0, st, 0});
 

@@ -203,13 +203,14 @@ TEST(GpuAttention, ForcedSplitCounts) {
 TEST(GpuAttention, PipelineDepths) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
-  for (int stages : {2, 3, 4}) {
-    SCOPED_TRACE("stages " + std::to_string(stages));
+  for (auto [mt, stages] : {std::pair{4, 2}, {4, 3}, {4, 4}, {1, 2}, {1, 5}, {1, 8}}) {
+    SCOPED_TRACE("mt " + std::to_string(mt) + " stages " + std::to_string(stages));
     AttnSpec s;
     s.q_lens = {1, 30};
     s.k_lens = {1000, 400};
     s.d = 64;
     s.tuning.stages = stages;
+    s.tuning.mt = mt;
     check_case(s, g);
   }
 }

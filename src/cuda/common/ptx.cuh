@@ -22,13 +22,17 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int sr
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-// Runtime pending count (pipeline depth is a runtime value); N <= 3 covers stages <= 4.
+// Runtime pending count (pipeline depth is a runtime value); N <= 7 covers stages <= 8.
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {
   switch (n) {
     case 0: cp_async_wait<0>(); break;
     case 1: cp_async_wait<1>(); break;
     case 2: cp_async_wait<2>(); break;
-    default: cp_async_wait<3>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
   }
 }
 

@@ -6,9 +6,11 @@
 // once per CTA. Keys stream through shared memory in tiles of 64 with a `stages`-deep cp.async
 // pipeline; the page table is looked up per token (any page size), one tile ahead.
 //
-// Warps: 4. MT = 1 (<= 16 packed rows, decode): the 4 warps split each key tile into 4 slices of
-// 16 keys and combine at the end. MT = 4 (<= 64 rows, extend/prefill/deterministic): each warp
-// owns 16 rows and all 64 keys of a tile (FlashAttention-2 style). Online softmax in base 2.
+// Warps: 4. MT = 1 (<= 16 packed rows: decode, verify, deterministic mode): key tiles of 32 and a
+// deep pipeline (bandwidth follows the bytes in flight per SM, measured); warp w takes key slice
+// w % 2 (16 keys) and output-column half w / 2, the two halves of a slice computing the same
+// scores; slices are combined at the end. MT = 4 (<= 64 rows: extend, prefill): each warp owns
+// 16 rows and all 64 keys of a tile (FlashAttention-2 style). Online softmax in base 2.
 //
 // FP8 KV: the e4m3 tile lands in shared memory as bytes and is widened to T (exact) before the
 // tensor cores read it; k_descale scales the scores and v_descale the output.
@@ -26,20 +28,24 @@ namespace attnserve::cuda::attn {
 template <typename T, int D, bool FP8, int MT>
 struct Traits {
   static constexpr int kRows = 16 * MT;               // packed rows per CTA
-  static constexpr int KS = 4 / MT;                   // warps sharing an m-tile (key slices)
-  static constexpr int NKW = 16 * MT;                 // keys per warp per tile
+  static constexpr int kTile = tile_keys(MT);         // keys per pipeline stage
+  static constexpr int KS = MT == 1 ? 2 : 1;          // key slices per tile
+  static constexpr int DH = MT == 1 ? 2 : 1;          // output-column parts
+  static constexpr int NKW = kTile / KS;              // keys per warp per tile (16 or 64)
+  static constexpr int DW = D / DH;                   // output columns per warp
+  static_assert(MT * KS * DH == 4, "4 warps");
   static constexpr int kRowBytes = D * 2;             // a T row in shared memory
   static constexpr int kChunks = D / 8;               // 16-byte chunks of a T row
   static constexpr int kRawRowBytes = FP8 ? D : D * 2;
   static constexpr int kRawChunks = kRawRowBytes / 16;
-  static constexpr int kRawTileBytes = kTileKeys * kRawRowBytes;
+  static constexpr int kRawTileBytes = kTile * kRawRowBytes;
   static constexpr int kLoadStep = kThreads / kRawChunks;          // tile rows covered per pass
-  static constexpr int kRowsPerThread = kTileKeys / kLoadStep;     // tile rows each thread loads
+  static constexpr int kRowsPerThread = kTile / kLoadStep;         // tile rows each thread loads
   static constexpr int kQBytes = kRows * kRowBytes;
-  static constexpr int kConvBytes = FP8 ? 2 * kTileKeys * kRowBytes : 0;
+  static constexpr int kConvBytes = FP8 ? 2 * kTile * kRowBytes : 0;
   static constexpr bool kQInRegs = D <= 128;
   static constexpr int kOStride = D + 8;  // f32 row stride of the epilogue buffer (bank spread)
-  static_assert(kThreads % kRawChunks == 0 && kTileKeys % kLoadStep == 0, "tile load mapping");
+  static_assert(kThreads % kRawChunks == 0 && kTile % kLoadStep == 0, "tile load mapping");
   static_assert(D % 64 == 0, "head dim must be a multiple of 64");
 };
 
@@ -92,16 +98,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   }
   int k_begin, k_end;
   if (p.split_keys > 0) {
-    k_begin = max(split * p.split_keys, blo & ~(kTileKeys - 1));
+    k_begin = max(split * p.split_keys, blo & ~(Tr::kTile - 1));
     k_end = min((split + 1) * p.split_keys, bhi + 1);
   } else {
-    const int start = blo & ~(kTileKeys - 1);
+    const int start = blo & ~(Tr::kTile - 1);
     const int span = bhi + 1 - start;
-    const int per = span > 0 ? ((span + p.num_splits - 1) / p.num_splits + kTileKeys - 1) & ~(kTileKeys - 1) : 0;
+    const int per = span > 0 ? ((span + p.num_splits - 1) / p.num_splits + Tr::kTile - 1) & ~(Tr::kTile - 1) : 0;
     k_begin = start + split * per;
     k_end = min(k_begin + per, bhi + 1);
   }
-  const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + Tr::kTile - 1) / Tr::kTile : 0;
 
   // ---- shared memory
   char* sQ = smem;
@@ -131,16 +137,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   // thread ever waits on a page-table read (measured: register prefetch one tile ahead left
   // page_size 1 at 2.0 TB/s; the reads queue behind the bulk traffic).
   const int ring = p.stages + 1;
-  int* sPage = reinterpret_cast<int*>(sStat + 640);  // [ring][kTileKeys]
+  int* sPage = reinterpret_cast<int*>(sStat + 640);  // [ring][Tr::kTile]
   const int* pt = p.page_table + int64_t(r) * p.pt_st;
   auto issue_pages = [&](int tile) {
     if (tile >= n_tiles) return;
-    const int j0 = k_begin + tile * kTileKeys;
-    const int p0 = j0 / p.page_size, p1 = (min(j0 + kTileKeys, k_end) - 1) / p.page_size;
+    const int j0 = k_begin + tile * Tr::kTile;
+    const int p0 = j0 / p.page_size, p1 = (min(j0 + Tr::kTile, k_end) - 1) / p.page_size;
     if (tid <= p1 - p0) {
       const int pi = p0 + tid;
       const bool ok = pi < p.max_pages;
-      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % ring) * kTileKeys + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
+      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % ring) * Tr::kTile + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
     }
   };
 
@@ -151,8 +157,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     char* dV = dK + Tr::kRawTileBytes;
     const char* gK = p.k + int64_t(hk) * p.k_sh + lch * 16;
     const char* gV = p.v + int64_t(hk) * p.v_sh + lch * 16;
-    const int j0 = k_begin + tile * kTileKeys, p0 = j0 / p.page_size;
-    const int* pages = sPage + (tile % ring) * kTileKeys;
+    const int j0 = k_begin + tile * Tr::kTile, p0 = j0 / p.page_size;
+    const int* pages = sPage + (tile % ring) * Tr::kTile;
 #pragma unroll
     for (int i = 0; i < Tr::kRowsPerThread; ++i) {
       const int row = lrow0 + i * Tr::kLoadStep;
@@ -172,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   };
 
   // ---- per-thread rows: warp owns m-tile mt and key slice ks; rows rr0 = mt*16 + lane/4, rr0 + 8.
-  const int mt = warp % MT, ks = warp / MT;
+  const int mt = warp % MT, ks = (warp / MT) % Tr::KS, dh = warp / (MT * Tr::KS);
   const int rr0 = mt * 16 + (lane >> 2), rr1 = rr0 + 8;
   int lo0, hi0, lo1, hi1;
   {
@@ -190,9 +196,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   const float s_cap_in = p.softcap > 0.f ? p.scale_log2 * kds / (p.softcap * 1.4426950408889634f) : 0.f;
   const float s_cap_out = p.softcap * 1.4426950408889634f;          // softcap * log2(e)
 
-  float o[D / 8][4];
+  float o[Tr::DW / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int i = 0; i < Tr::DW / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   uint32_t qf[Tr::kQInRegs ? D / 16 : 1][4];
 
@@ -229,10 +235,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     const char* tV = tK + Tr::kRawTileBytes;
     if constexpr (FP8) {  // widen e4m3 -> T into the swizzled conversion tiles
       char* cK = sConv;
-      char* cV = sConv + kTileKeys * Tr::kRowBytes;
-      for (int idx = tid; idx < 2 * kTileKeys * Tr::kRawChunks; idx += kThreads) {
-        const int which = idx / (kTileKeys * Tr::kRawChunks);
-        const int rem = idx - which * (kTileKeys * Tr::kRawChunks);
+      char* cV = sConv + Tr::kTile * Tr::kRowBytes;
+      for (int idx = tid; idx < 2 * Tr::kTile * Tr::kRawChunks; idx += kThreads) {
+        const int which = idx / (Tr::kTile * Tr::kRawChunks);
+        const int rem = idx - which * (Tr::kTile * Tr::kRawChunks);
         const int row = rem / Tr::kRawChunks, c = rem % Tr::kRawChunks;
         const uint4 raw = *reinterpret_cast<const uint4*>((which ? tV : tK) + row * Tr::kRawRowBytes + c * 16);
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -275,7 +281,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     }
 
     // Scores in base 2, masked; online softmax.
-    const int kbase = k_begin + t * kTileKeys + ks * Tr::NKW;
+    const int kbase = k_begin + t * Tr::kTile + ks * Tr::NKW;
     const bool need_mask = kbase < lo_max || kbase + Tr::NKW - 1 > hi_min;
 #pragma unroll
     for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
@@ -317,7 +323,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     l0 = l0 * al0 + ps0;
     l1 = l1 * al1 + ps1;
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
+    for (int i = 0; i < Tr::DW / 8; ++i) {
       o[i][0] *= al0; o[i][1] *= al0;
       o[i][2] *= al1; o[i][3] *= al1;
     }
@@ -332,9 +338,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
       a[3] = ptx::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       const int vrow = ks * Tr::NKW + kk * 16 + (lane & 15);
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < Tr::DW / 16; ++dp) {
         uint32_t v0, v1, v2, v3;
-        ptx::ldmatrix_x4_trans(sVa + swz<Tr::kRowBytes>(vrow, 2 * dp + (lane >> 4)), v0, v1, v2, v3);
+        ptx::ldmatrix_x4_trans(sVa + swz<Tr::kRowBytes>(vrow, dh * (Tr::DW / 8) + 2 * dp + (lane >> 4)), v0, v1, v2,
+                               v3);
         ptx::mma_16816<T>(o[2 * dp], a, v0, v1);
         ptx::mma_16816<T>(o[2 * dp + 1], a, v2, v3);
       }
@@ -348,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   ptx::cp_async_wait<0>();
   __syncthreads();
   float* sO = reinterpret_cast<float*>(sKV);  // [KS][kRows][kOStride] f32 over the tile buffers
-  if ((lane & 3) == 0) {
+  if ((lane & 3) == 0 && dh == 0) {  // both column halves hold the same row statistics
     sM[ks * 64 + rr0] = m0;
     sL[ks * 64 + rr0] = l0;
     sM[ks * 64 + rr1] = m1;
@@ -364,10 +371,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     }
     const float f0 = m0 == -INFINITY ? 0.f : exp2f(m0 - M0);
     const float f1 = m1 == -INFINITY ? 0.f : exp2f(m1 - M1);
-    float* o0 = sO + (ks * Tr::kRows + rr0) * Tr::kOStride + 2 * (lane & 3);
-    float* o1 = sO + (ks * Tr::kRows + rr1) * Tr::kOStride + 2 * (lane & 3);
+    float* o0 = sO + (ks * Tr::kRows + rr0) * Tr::kOStride + dh * Tr::DW + 2 * (lane & 3);
+    float* o1 = sO + (ks * Tr::kRows + rr1) * Tr::kOStride + dh * Tr::DW + 2 * (lane & 3);
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
+    for (int i = 0; i < Tr::DW / 8; ++i) {
       *reinterpret_cast<float2*>(o0 + i * 8) = make_float2(o[i][0] * f0, o[i][1] * f0);
       *reinterpret_cast<float2*>(o1 + i * 8) = make_float2(o[i][2] * f1, o[i][3] * f1);
     }

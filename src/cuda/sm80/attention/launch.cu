@@ -20,9 +20,10 @@ constexpr const char* kOp = "paged_attention";
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
-int max_stages_for(int d, bool fp8) {
-  int s = d <= 64 ? 4 : d <= 128 ? 3 : 2;
-  return std::min(4, s + (fp8 ? 1 : 0));
+// Deepest pipeline worth having; the selector then takes the deepest that fits two CTAs per SM.
+int max_stages_for(int d, bool fp8, int mt) {
+  if (mt == 1) return std::min(kMaxStages, (d <= 64 ? 8 : d <= 128 ? 6 : 3) + (fp8 ? 2 : 0));
+  return std::min(4, (d <= 64 ? 4 : d <= 128 ? 3 : 2) + (fp8 ? 1 : 0));
 }
 
 // FlashAttention-style: split only when the (request, head, m-block) CTAs leave the GPU
@@ -121,20 +122,20 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
   const std::size_t per_block = caps.smem_per_block;
   const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;
-  const int smax = max_stages_for(d, fp8);
+  const int smax = max_stages_for(d, fp8, c.mt);
   c.stages = 0;
   for (int s = smax; s >= 2 && !c.stages; --s)
     if (smem_bytes(d, fp8, c.mt, s) <= two_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
     if (smem_bytes(d, fp8, c.mt, s) <= per_block) c.stages = s;
-  if (tune.stages >= 2 && tune.stages <= 4) c.stages = tune.stages;
+  if (tune.stages >= 2 && tune.stages <= kMaxStages) c.stages = tune.stages;
   ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(d, fp8, c.mt, 2),
                   " bytes of shared memory per block, the device allows ", per_block);
   c.smem = smem_bytes(d, fp8, c.mt, c.stages);
   const int ctas_per_sm = c.smem <= two_ctas ? 2 : 1;
 
   const int64_t max_keys = a.page_table.size(1) * a.k_cache.size(1);
-  const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), kTileKeys);
+  const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), tile_keys(c.mt));
   if (a.deterministic) {
     c.split_keys = kDeterministicSplitKeys;
     c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));

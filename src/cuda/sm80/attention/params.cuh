@@ -38,7 +38,7 @@ struct Params {
 // What the host chose for one call (the selector in launch.cu).
 struct Config {
   int mt = 1;          // m16 tiles of packed (q row, head) rows per CTA: 1 or 4
-  int stages = 2;
+  int stages = 2;       // 2..kMaxStages
   int num_splits = 1;
   int split_keys = 0;
   int m_blocks = 1;
@@ -54,14 +54,16 @@ struct Tuning {
 };
 
 constexpr int kThreads = 128;
-constexpr int kTileKeys = 64;
+constexpr int kTileKeys = 64;  // largest key tile (MT = 4); the decode variant (MT = 1) uses 32
+constexpr int tile_keys(int mt) { return mt == 1 ? 32 : 64; }
+constexpr int kMaxStages = 8;
 constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
 
 // Shared memory of one CTA (bytes); the kernel lays it out the same way.
 constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
   const std::size_t q = std::size_t(16 * mt) * d * 2;
-  const std::size_t raw_tile = std::size_t(kTileKeys) * d * (fp8 ? 1 : 2);
-  const std::size_t conv = fp8 ? 2 * std::size_t(kTileKeys) * d * 2 : 0;
+  const std::size_t raw_tile = std::size_t(tile_keys(mt)) * d * (fp8 ? 1 : 2);
+  const std::size_t conv = fp8 ? 2 * std::size_t(tile_keys(mt)) * d * 2 : 0;
   const std::size_t stats = 640 * 4;
   const std::size_t page_ring = std::size_t(stages + 1) * kTileKeys * 4;
   return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring;
