@@ -56,6 +56,7 @@ if cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUD
      -DATTNSERVE_CUDA_ARCHS="80;90" "${CMAKE_EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target attnserve_gpu_tests >"$OUT/build.log" 2>&1; then
   record "build (sm_80 + sm_90, -j$JOBS, $(( $(date +%s) - t0 )) s)" PASS
+  rm -f "$OUT/configure.log"
 else
   record "build" FAIL
   tail -40 "$OUT/configure.log" "$OUT/build.log"
@@ -106,6 +107,7 @@ if [ "$BENCH" != none ] && [ -f "$BUILD/libattnserve.a" ]; then
   if nvcc -std=c++20 -O3 --expt-relaxed-constexpr -Iinclude -Isrc -I"$DL" -gencode arch=compute_90,code=sm_90 \
        bench/cuda/bench_attention.cu "$BUILD/libattnserve.a" -Xcompiler -fopenmp -lcudart \
        -o "$BUILD/bench_attention" >"$OUT/bench_build.log" 2>&1; then
+    rm -f "$OUT/bench_build.log"
     args=(); [ "$BENCH" = quick ] && args=(--quick)
     timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench_attention" "${args[@]}" 2>&1 | tee "$OUT/bench.log"
   else

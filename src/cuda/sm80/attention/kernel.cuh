@@ -6,11 +6,11 @@
 // once per CTA. Keys stream through shared memory in tiles of 64 with a `stages`-deep cp.async
 // pipeline; the page table is looked up per token (any page size), one tile ahead.
 //
-// Warps: 4. MT = 1 (<= 16 packed rows: decode, verify, deterministic mode): key tiles of 32 and a
-// deep pipeline (bandwidth follows the bytes in flight per SM, measured); warp w takes key slice
-// w % 2 (16 keys) and output-column half w / 2, the two halves of a slice computing the same
-// scores; slices are combined at the end. MT = 4 (<= 64 rows: extend, prefill): each warp owns
-// 16 rows and all 64 keys of a tile (FlashAttention-2 style). Online softmax in base 2.
+// Warps: 4. MT = 1 (<= 16 packed rows: decode, verify, deterministic mode): the 4 warps split each
+// 64-key tile into 4 slices of 16 keys and combine at the end. MT = 4 (<= 64 rows: extend,
+// prefill): each warp owns 16 rows and all 64 keys of a tile (FlashAttention-2 style). The code
+// also supports splitting output columns across warps (DH), unused since 32-key tiles lost.
+// Online softmax in base 2.
 //
 // FP8 KV: the e4m3 tile lands in shared memory as bytes and is widened to T (exact) before the
 // tensor cores read it; k_descale scales the scores and v_descale the output.
@@ -29,8 +29,8 @@ template <typename T, int D, bool FP8, int MT>
 struct Traits {
   static constexpr int kRows = 16 * MT;               // packed rows per CTA
   static constexpr int kTile = tile_keys(MT);         // keys per pipeline stage
-  static constexpr int KS = MT == 1 ? 2 : 1;          // key slices per tile
-  static constexpr int DH = MT == 1 ? 2 : 1;          // output-column parts
+  static constexpr int KS = MT == 1 ? 4 : 1;          // key slices per tile
+  static constexpr int DH = 1;                        // output-column parts
   static constexpr int NKW = kTile / KS;              // keys per warp per tile (16 or 64)
   static constexpr int DW = D / DH;                   // output columns per warp
   static_assert(MT * KS * DH == 4, "4 warps");
@@ -135,8 +135,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
 
   // ---- Page ids: cp.async'ed into a shared ring `stages` tiles ahead of their K/V loads, so no
   // thread ever waits on a page-table read (measured: register prefetch one tile ahead left
-  // page_size 1 at 2.0 TB/s; the reads queue behind the bulk traffic).
-  const int ring = p.stages + 1;
+  // page_size 1 at 2.0 TB/s; the reads queue behind the bulk traffic). 2 * stages entries: the
+  // prologue reads slots with no barrier before the loop's first writes (racecheck).
+  const int ring = 2 * p.stages;
   int* sPage = reinterpret_cast<int*>(sStat + 640);  // [ring][Tr::kTile]
   const int* pt = p.page_table + int64_t(r) * p.pt_st;
   auto issue_pages = [&](int tile) {
@@ -172,8 +173,13 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
       const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
       const int bytes = slot >= 0 ? 16 : 0;
       const int64_t s = slot >= 0 ? slot : 0;
-      ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
-      ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
+      if (p.l2_prefetch) {
+        ptx::cp_async_16_l2_256(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
+        ptx::cp_async_16_l2_256(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
+      } else {
+        ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
+        ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
+      }
     }
   };
 

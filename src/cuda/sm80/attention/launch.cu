@@ -21,8 +21,7 @@ constexpr const char* kOp = "paged_attention";
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
 // Deepest pipeline worth having; the selector then takes the deepest that fits two CTAs per SM.
-int max_stages_for(int d, bool fp8, int mt) {
-  if (mt == 1) return std::min(kMaxStages, (d <= 64 ? 8 : d <= 128 ? 6 : 3) + (fp8 ? 2 : 0));
+int max_stages_for(int d, bool fp8, int /*mt*/) {
   return std::min(4, (d <= 64 ? 4 : d <= 128 ? 3 : 2) + (fp8 ? 1 : 0));
 }
 
@@ -144,6 +143,7 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
     c.num_splits = heuristic_splits(int64_t(b) * h_kv * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles);
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
+  c.l2_prefetch = tune.l2_prefetch >= 0 ? tune.l2_prefetch : 0;
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   c.ws_bytes = 0;
   if (c.num_splits > 1) {
@@ -207,6 +207,7 @@ void run(const PagedAttentionArgs& a, Workspace ws, Stream stream, const Tuning&
   p.num_splits = c.num_splits;
   p.split_keys = c.split_keys;
   p.stages = c.stages;
+  p.l2_prefetch = c.l2_prefetch;
   p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
   p.softcap = a.softcap;
   p.causal = a.causal ? 1 : 0;

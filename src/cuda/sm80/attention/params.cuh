@@ -29,7 +29,8 @@ struct Params {
   int total_q, h_q, h_kv, group, page_size, num_pages, max_pages;
   int num_splits;                 // grid.y = h_kv * num_splits
   int split_keys;                 // > 0: fixed split size in keys (deterministic); 0: even split
-  int stages;                     // cp.async pipeline depth, 2..4
+  int stages;                     // cp.async pipeline depth, 2..kMaxStages
+  int l2_prefetch;                // 1: K/V loads carry the L2::256B prefetch hint
   float scale_log2;               // softmax_scale * log2(e)
   float softcap;                  // 0: off
   int causal, window_left, window_right;
@@ -42,6 +43,7 @@ struct Config {
   int num_splits = 1;
   int split_keys = 0;
   int m_blocks = 1;
+  int l2_prefetch = 0;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
 };
@@ -51,11 +53,14 @@ struct Tuning {
   int num_splits = 0;
   int stages = 0;
   int mt = 0;
+  int l2_prefetch = -1;  // -1: selector's choice, 0 off, 1 on
 };
 
 constexpr int kThreads = 128;
-constexpr int kTileKeys = 64;  // largest key tile (MT = 4); the decode variant (MT = 1) uses 32
-constexpr int tile_keys(int mt) { return mt == 1 ? 32 : 64; }
+constexpr int kTileKeys = 64;
+// Keys per pipeline stage. Measured on the H200 (bench/NOTES.md): 32-key tiles with a deeper
+// pipeline ran decode at 2.7 TB/s against 3.6 for 64-key tiles: a per-tile cost dominates.
+constexpr int tile_keys(int /*mt*/) { return 64; }
 constexpr int kMaxStages = 8;
 constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
 
@@ -65,7 +70,7 @@ constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
   const std::size_t raw_tile = std::size_t(tile_keys(mt)) * d * (fp8 ? 1 : 2);
   const std::size_t conv = fp8 ? 2 * std::size_t(tile_keys(mt)) * d * 2 : 0;
   const std::size_t stats = 640 * 4;
-  const std::size_t page_ring = std::size_t(stages + 1) * kTileKeys * 4;
+  const std::size_t page_ring = std::size_t(2 * stages) * kTileKeys * 4;
   return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring;
 }
 

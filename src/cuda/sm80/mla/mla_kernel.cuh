@@ -48,7 +48,7 @@ struct Params {
 
 constexpr std::size_t smem_bytes(int stages) {
   return std::size_t(kRows) * kRowBytes + std::size_t(stages) * kTileBytes + kRows * kPStride * 2 + 2 * 4 * kRows * 4 +
-         2 * std::size_t(stages + 1) * kTileKeys * 4;  // page-id ring and slot ring
+         3 * std::size_t(stages + 1) * kTileKeys * 4;  // page-id ring (2 * stages) and slot ring
 }
 
 __device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4)); }
@@ -97,7 +97,8 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
   float* sSum = sMax + 4 * kRows;                                 // [4][16]
   const int ring = p.stages + 1;
   int* sSlot = reinterpret_cast<int*>(sSum + 4 * kRows);          // [ring][32] token slots per tile
-  int* sPage = sSlot + ring * kTileKeys;                          // [ring][32] page ids per tile
+  const int pring = 2 * p.stages;  // page ids: the prologue reads them with no barrier before reuse
+  int* sPage = sSlot + ring * kTileKeys;                          // [pring][32] page ids per tile
 
   // Q rows: [q_nope | q_rope] -> one swizzled 576-wide row per packed row.
   for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
     if (tid <= p1 - p0) {
       const int pi = p0 + tid;
       const bool ok = pi < p.max_pages;
-      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % ring) * kTileKeys + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
+      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % pring) * kTileKeys + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
     }
   };
   auto make_slots = [&](int tile) {  // by threads 0..31, from landed page ids
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
     const int pi = j / p.page_size;
     int slot = -1;
     if (j < k_end && pi < p.max_pages) {
-      const int page = sPage[(tile % ring) * kTileKeys + pi - j0 / p.page_size];
+      const int page = sPage[(tile % pring) * kTileKeys + pi - j0 / p.page_size];
       if (page >= 0 && page < p.num_pages) slot = page * p.page_size + (j - pi * p.page_size);
     }
     sSlot[(tile % ring) * kTileKeys + tid] = slot;
