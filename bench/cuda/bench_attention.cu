@@ -334,18 +334,9 @@ int main(int argc, char** argv) {
       bench_paged("sweep decode b128x4K hq16 hkv2 page16 splits" + std::to_string(s), 128, 16, 2, 128, 16, 1, 4096,
                   true, cuda::attn::Tuning{s, 0, 0});
   if (!g_quick)
-    for (int st : {2, 4})
+    for (int st : {2})
       bench_paged("sweep decode b64x8K hq32 hkv8 page16 stages" + std::to_string(st), 64, 32, 8, 128, 16, 1, 8192,
                   true, cuda::attn::Tuning{0, st, 0});
-  // L2 prefetch hint (256-byte runs per head and token) on / off.
-  for (int hint : {0, 1}) {
-    const std::string h = hint ? " l2hint256" : " l2hint-off";
-    cuda::attn::Tuning t{0, 0, 0, hint};
-    bench_paged("sweep decode b64x8K hq32 hkv8 page1" + h, 64, 32, 8, 128, 1, 1, 8192, true, t);
-    bench_paged("sweep decode b64x8K hq32 hkv8 page16" + h, 64, 32, 8, 128, 16, 1, 8192, true, t);
-    bench_paged("sweep decode b128x4K hq16 hkv2 page16" + h, 128, 16, 2, 128, 16, 1, 4096, true, t);
-    bench_paged("sweep verify4 b64x4K hq32 hkv8 page16" + h, 64, 32, 8, 128, 16, 4, 4096, true, t);
-  }
 
   // Stores (target >= 2.5 TB/s): 128K tokens x 8 heads x 128.
   bench_store("store_kv bf16->bf16 n128K hkv8 d128", 131072, 8, 128, DType::bf16);

@@ -15,10 +15,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes = 16) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-// Same, with a 256-byte L2 prefetch hint (K/V rows are read as 256-byte runs per head).
-__device__ __forceinline__ void cp_async_16_l2_256(uint32_t dst, const void* src, int src_bytes = 16) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
 // 4-byte async copy (page-table entries); src_bytes 0 writes zeros.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes = 4) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));

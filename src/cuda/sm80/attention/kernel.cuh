@@ -158,14 +158,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     char* dV = dK + Tr::kRawTileBytes;
     const char* gK = p.k + int64_t(hk) * p.k_sh + lch * 16;
     const char* gV = p.v + int64_t(hk) * p.v_sh + lch * 16;
-    const int j0 = k_begin + tile * Tr::kTile, p0 = j0 / p.page_size;
+    const int j0 = k_begin + tile * Tr::kTile;
     const int* pages = sPage + (tile % ring) * Tr::kTile;
+    // Instruction count per tile is what limits decode (ncu: issue-bound at 8 warps/SM), so
+    // power-of-two page sizes use shifts instead of integer division.
+    const int sh = p.page_shift;
+    const int p0 = sh >= 0 ? j0 >> sh : j0 / p.page_size;
 #pragma unroll
     for (int i = 0; i < Tr::kRowsPerThread; ++i) {
       const int row = lrow0 + i * Tr::kLoadStep;
       const int j = j0 + row;
       int slot = -1;
-      const int pi = j / p.page_size;
+      const int pi = sh >= 0 ? j >> sh : j / p.page_size;
       if (j < k_end && pi < p.max_pages) {
         const int page = pages[pi - p0];
         if (page >= 0 && page < p.num_pages) slot = page * p.page_size + (j - pi * p.page_size);
@@ -173,13 +177,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
       const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
       const int bytes = slot >= 0 ? 16 : 0;
       const int64_t s = slot >= 0 ? slot : 0;
-      if (p.l2_prefetch) {
-        ptx::cp_async_16_l2_256(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
-        ptx::cp_async_16_l2_256(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
-      } else {
-        ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
-        ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
-      }
+      ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
+      ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
     }
   };
 
@@ -328,10 +327,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     }
     l0 = l0 * al0 + ps0;
     l1 = l1 * al1 + ps1;
+    // Rescale only when some row max of the warp moved (after the first tiles it rarely does);
+    // skipping a multiply by 1.0 changes no bits.
+    if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < Tr::DW / 8; ++i) {
-      o[i][0] *= al0; o[i][1] *= al0;
-      o[i][2] *= al1; o[i][3] *= al1;
+      for (int i = 0; i < Tr::DW / 8; ++i) {
+        o[i][0] *= al0; o[i][1] *= al0;
+        o[i][2] *= al1; o[i][3] *= al1;
+      }
     }
 
     // O += P V

@@ -30,7 +30,7 @@ struct Params {
   int num_splits;                 // grid.y = h_kv * num_splits
   int split_keys;                 // > 0: fixed split size in keys (deterministic); 0: even split
   int stages;                     // cp.async pipeline depth, 2..kMaxStages
-  int l2_prefetch;                // 1: K/V loads carry the L2::256B prefetch hint
+  int page_shift;                 // log2(page_size) when it is a power of two, else -1
   float scale_log2;               // softmax_scale * log2(e)
   float softcap;                  // 0: off
   int causal, window_left, window_right;
@@ -43,7 +43,6 @@ struct Config {
   int num_splits = 1;
   int split_keys = 0;
   int m_blocks = 1;
-  int l2_prefetch = 0;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
 };
@@ -53,7 +52,6 @@ struct Tuning {
   int num_splits = 0;
   int stages = 0;
   int mt = 0;
-  int l2_prefetch = -1;  // -1: selector's choice, 0 off, 1 on
 };
 
 constexpr int kThreads = 128;
