@@ -122,7 +122,7 @@ printf '%-72s %s\n' "check" "result"
 for i in "${!NAMES[@]}"; do printf '%-72s %s\n' "${NAMES[$i]}" "${RESULTS[$i]}"; done
 if [ -f "$OUT/bench.log" ]; then
   echo "-- bench (median, GB/s of K+V read; floor = bytes / measured copy bandwidth)"
-  grep -E "^(copy|decode|verify|store|mla|prefill|extend)" "$OUT/bench.log" | cut -c1-110
+  grep -E "^(copy|decode|verify|store|mla|prefill|extend|ab |repeat)" "$OUT/bench.log" | cut -c1-140
 fi
 build_fail=0; for r in "${RESULTS[@]}"; do [ "$r" = FAIL ] && build_fail=1; done
 passed=$(( ${gt_passed:-0} + san_runs - san_fail ))

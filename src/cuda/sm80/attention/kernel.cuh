@@ -160,8 +160,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     const char* gV = p.v + int64_t(hk) * p.v_sh + lch * 16;
     const int j0 = k_begin + tile * Tr::kTile;
     const int* pages = sPage + (tile % ring) * Tr::kTile;
-    // Instruction count per tile is what limits decode (ncu: issue-bound at 8 warps/SM), so
-    // power-of-two page sizes use shifts instead of integer division.
+    // Optional shift addressing for power-of-two page sizes (fewer instructions per tile).
     const int sh = p.page_shift;
     const int p0 = sh >= 0 ? j0 >> sh : j0 / p.page_size;
 #pragma unroll
@@ -327,9 +326,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     }
     l0 = l0 * al0 + ps0;
     l1 = l1 * al1 + ps1;
-    // Rescale only when some row max of the warp moved (after the first tiles it rarely does);
-    // skipping a multiply by 1.0 changes no bits.
-    if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
+    // Optionally rescale only when some row max of the warp moved (after the first tiles it
+    // rarely does); skipping a multiply by 1.0 changes no bits.
+    if (!p.skip_rescale || __any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
 #pragma unroll
       for (int i = 0; i < Tr::DW / 8; ++i) {
         o[i][0] *= al0; o[i][1] *= al0;

@@ -30,7 +30,8 @@ struct Params {
   int num_splits;                 // grid.y = h_kv * num_splits
   int split_keys;                 // > 0: fixed split size in keys (deterministic); 0: even split
   int stages;                     // cp.async pipeline depth, 2..kMaxStages
-  int page_shift;                 // log2(page_size) when it is a power of two, else -1
+  int page_shift;                 // log2(page_size) for shift addressing, or -1 (integer division)
+  int skip_rescale;               // 1: skip the O rescale when no row max of the warp moved
   float scale_log2;               // softmax_scale * log2(e)
   float softcap;                  // 0: off
   int causal, window_left, window_right;
@@ -43,6 +44,8 @@ struct Config {
   int num_splits = 1;
   int split_keys = 0;
   int m_blocks = 1;
+  int page_shifts = 0;
+  int skip_rescale = 0;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
 };
@@ -52,6 +55,8 @@ struct Tuning {
   int num_splits = 0;
   int stages = 0;
   int mt = 0;
+  int page_shifts = -1;   // -1: default (off), 0 off, 1 on (power-of-two page sizes only)
+  int skip_rescale = -1;  // -1: default (off), 0 off, 1 on
 };
 
 constexpr int kThreads = 128;
