@@ -200,18 +200,19 @@ TEST(GpuAttention, ForcedSplitCounts) {
   }
 }
 
-TEST(GpuAttention, ShiftAddressingAndRescaleSkip) {
+TEST(GpuAttention, PageAddressingShiftsAndDivision) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
-  for (int ps : {1, 16, 12}) {  // 12: not a power of two, falls back to division
-    SCOPED_TRACE("page_size " + std::to_string(ps));
-    AttnSpec s;
-    s.q_lens = {1, 1, 40};
-    s.k_lens = {900, 77, 300};
-    s.page_size = ps;
-    s.tuning.page_shifts = 1;
-    s.tuning.skip_rescale = 1;
-    check_case(s, g);
+  for (int ps : {1, 16, 12, 5}) {  // 12 and 5 are not powers of two: integer division
+    for (int shifts : {1, 0}) {
+      SCOPED_TRACE("page_size " + std::to_string(ps) + " shifts " + std::to_string(shifts));
+      AttnSpec s;
+      s.q_lens = {1, 1, 40};
+      s.k_lens = {900, 77, 300};
+      s.page_size = ps;
+      s.tuning.page_shifts = shifts;
+      check_case(s, g);
+    }
   }
 }
 

@@ -143,9 +143,7 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
     c.num_splits = heuristic_splits(int64_t(b) * h_kv * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles);
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
-  // Both off by default: A/B on one H200 is in bench/NOTES.md (machine-to-machine spread ~10%).
-  c.page_shifts = tune.page_shifts > 0 ? 1 : 0;
-  c.skip_rescale = tune.skip_rescale > 0 ? 1 : 0;
+  c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   c.ws_bytes = 0;
   if (c.num_splits > 1) {
@@ -212,7 +210,6 @@ void run(const PagedAttentionArgs& a, Workspace ws, Stream stream, const Tuning&
   p.page_shift = -1;
   for (int sh = 0; sh < 31 && c.page_shifts; ++sh)
     if ((1 << sh) == p.page_size) p.page_shift = sh;
-  p.skip_rescale = c.skip_rescale;
   p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
   p.softcap = a.softcap;
   p.causal = a.causal ? 1 : 0;

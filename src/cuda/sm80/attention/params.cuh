@@ -31,7 +31,6 @@ struct Params {
   int split_keys;                 // > 0: fixed split size in keys (deterministic); 0: even split
   int stages;                     // cp.async pipeline depth, 2..kMaxStages
   int page_shift;                 // log2(page_size) for shift addressing, or -1 (integer division)
-  int skip_rescale;               // 1: skip the O rescale when no row max of the warp moved
   float scale_log2;               // softmax_scale * log2(e)
   float softcap;                  // 0: off
   int causal, window_left, window_right;
@@ -44,8 +43,7 @@ struct Config {
   int num_splits = 1;
   int split_keys = 0;
   int m_blocks = 1;
-  int page_shifts = 0;
-  int skip_rescale = 0;
+  int page_shifts = 1;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
 };
@@ -55,8 +53,7 @@ struct Tuning {
   int num_splits = 0;
   int stages = 0;
   int mt = 0;
-  int page_shifts = -1;   // -1: default (off), 0 off, 1 on (power-of-two page sizes only)
-  int skip_rescale = -1;  // -1: default (off), 0 off, 1 on
+  int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
 };
 
 constexpr int kThreads = 128;
