@@ -22,11 +22,14 @@ MhaKvPool = _attnserve.MhaKvPool
 MlaKvPool = _attnserve.MlaKvPool
 MlaCacheFormat = _attnserve.MlaCacheFormat
 IndexerKeyPool = _attnserve.IndexerKeyPool
+ForwardMode = _attnserve.ForwardMode
+DensePlanner = _attnserve.DensePlanner
+SparsePlanner = _attnserve.SparsePlanner
 
 _OPS = [
     "paged_attention", "mla_attention", "merge_state", "merge_states", "sparse_mla",
     "quantize_fp8_groups", "indexer_ragged", "indexer_paged", "topk",
-    "set_kv_buffer", "set_mla_kv_buffer", "set_index_k",
+    "set_kv_buffer", "set_mla_kv_buffer", "set_index_k", "transform_index_page_table",
 ]
 
 
@@ -46,4 +49,5 @@ for _name in _OPS:
     globals()[_name] = _wrap(getattr(_attnserve, _name))
 
 __all__ = ["Error", "TopkTransform", "cuda_available", "built_with_cuda", "ReqToTokenPool", "SlotAllocator",
-           "MhaKvPool", "MlaKvPool", "MlaCacheFormat", "IndexerKeyPool", *_OPS]
+           "MhaKvPool", "MlaKvPool", "MlaCacheFormat", "IndexerKeyPool", "ForwardMode", "DensePlanner",
+           "SparsePlanner", *_OPS]

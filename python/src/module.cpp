@@ -27,4 +27,5 @@ NB_MODULE(_attnserve, m) {
   attnserve::py::bind_core(m);
   attnserve::py::bind_ops(m);
   attnserve::py::bind_kv(m);
+  attnserve::py::bind_plan(m);
 }

@@ -13,5 +13,6 @@ Device parse_device(const std::string& s);  // "cpu", "cuda", "cuda:1"
 DType parse_dtype(const std::string& s);    // "bf16", "f16", "fp8_e4m3", ...
 
 void bind_kv(nb::module_& m);
+void bind_plan(nb::module_& m);
 
 }  // namespace attnserve::py

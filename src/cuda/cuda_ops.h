@@ -1,7 +1,7 @@
 // Internal: CUDA entry points of every op, called by the dispatchers in src/ops/ after validation.
-// Plain C++ declarations (no CUDA headers), so host code can call them. Each has a weak fallback in
-// src/ops/cuda_fallback.cpp that throws "not available": a CUDA implementation (src/cuda/...)
-// overrides it by defining the same function.
+// Plain C++ declarations (no CUDA headers), so host code can call them. A CUDA build must define every
+// one under src/cuda/ (ops without a kernel yet throw from src/cuda/pending_ops.cu); a CPU-only build
+// gets throwing definitions from src/ops/cuda_fallback.cpp.
 #pragma once
 #include <cstddef>
 

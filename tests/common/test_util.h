@@ -70,8 +70,11 @@ inline void fill_uniform(HostTensor& t, std::mt19937_64& g, float lo = -1.f, flo
   for (int64_t i = 0; i < t.numel(); ++i) t.set(i, d(g));
 }
 
-// Poison: every byte 0xff (NaN for floats, -1 for ints): any unwritten element shows.
-inline void poison(HostTensor& t) { std::memset(t.bytes.data(), 0xff, t.bytes.size()); }
+// Poison: floats get all-ones bytes (NaN); integers get 0x7f bytes (a huge positive value, never a
+// legal -1 padding or slot), so any unwritten element shows.
+inline void poison(HostTensor& t) {
+  std::memset(t.bytes.data(), is_float(t.view.dtype) ? 0xff : 0x7f, t.bytes.size());
+}
 
 inline std::vector<double> to_doubles(const HostTensor& t) {
   std::vector<double> v(size_t(t.numel()));

@@ -21,13 +21,13 @@ def test_slot_allocator_is_page_aware_and_all_or_nothing():
 
 
 def test_pool_views_share_memory_and_store_writes_slots(rng):
-    pool = A.MhaKvPool(num_layers=2, num_slots=32, h_kv=2, head_dim=8, head_dim_v=8, dtype="f32")
+    pool = A.MhaKvPool(num_layers=2, num_slots=32, h_kv=2, head_dim=8, head_dim_v=8, dtype="f16")
     k = rng.standard_normal((3, 2, 8)).astype(np.float32)
     v = rng.standard_normal((3, 2, 8)).astype(np.float32)
     loc = np.array([5, 9, 31], np.int64)
     A.set_kv_buffer(k, v, pool.k(1), pool.v(1), loc)
-    np.testing.assert_array_equal(pool.k(1)[loc], k)
-    np.testing.assert_array_equal(pool.v_paged(1, 4)[loc // 4, loc % 4], v)
+    np.testing.assert_array_equal(pool.k(1)[loc], k.astype(np.float16))
+    np.testing.assert_array_equal(pool.v_paged(1, 4)[loc // 4, loc % 4], v.astype(np.float16))
     assert not pool.k(0).any()
     with pytest.raises(A.Error, match="loc"):
         A.set_kv_buffer(k, v, pool.k(1), pool.v(1), np.array([5, 9, 32], np.int64))

@@ -1,0 +1,184 @@
+// Python bindings of the planners. Batch inputs are host integer sequences (lists or NumPy arrays);
+// the metadata comes back as a dict of arrays that view the planner's buffers (kept alive by it) and
+// host ints. Eager metadata is valid until the planner's next call, as in C++ (plan.h).
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "attnserve/plan.h"
+#include "views.h"
+
+namespace attnserve::py {
+namespace {
+
+using nb::arg;
+using IntList = std::optional<std::vector<int32_t>>;
+
+// Owns the host arrays a BatchSpec points into for the duration of one call.
+struct BatchArgs {
+  std::vector<int32_t> seq_lens, req_pool_indices, extend_seq_lens, extend_prefix_lens, draft_slots;
+  BatchSpec spec(ForwardMode mode, const nb::ndarray<>& req_to_token) const {
+    return BatchSpec{.mode = mode, .seq_lens = seq_lens, .req_pool_indices = req_pool_indices,
+                     .extend_seq_lens = extend_seq_lens, .extend_prefix_lens = extend_prefix_lens,
+                     .draft_slots = draft_slots, .req_to_token = to_view(req_to_token)};
+  }
+};
+
+BatchArgs batch_args(std::vector<int32_t> seq_lens, std::vector<int32_t> req_pool_indices, IntList extend_seq_lens,
+                     IntList extend_prefix_lens, IntList draft_slots) {
+  return {std::move(seq_lens), std::move(req_pool_indices), extend_seq_lens.value_or(std::vector<int32_t>{}),
+          extend_prefix_lens.value_or(std::vector<int32_t>{}), draft_slots.value_or(std::vector<int32_t>{})};
+}
+
+nb::dict to_dict(const DenseMetadata& m, nb::handle owner) {
+  nb::dict d;
+  d["mode"] = m.mode;
+  d["batch_size"] = m.batch_size;
+  d["num_q_rows"] = m.num_q_rows;
+  d["page_size"] = m.page_size;
+  d["cache_seqlens_int32"] = to_python(m.cache_seqlens_int32, owner);
+  d["cu_seqlens_q"] = to_python(m.cu_seqlens_q, owner);
+  d["cu_seqlens_k"] = to_python(m.cu_seqlens_k, owner);
+  d["max_seq_len_q"] = m.max_seq_len_q;
+  d["max_seq_len_k"] = m.max_seq_len_k;
+  d["page_table"] = to_python(m.page_table, owner);
+  d["window_left"] = m.window_left;
+  d["window_right"] = m.window_right;
+  d["captured"] = m.captured;
+  if (m.has_local_attn) {
+    const auto& l = m.local_attn_metadata;
+    nb::dict ld;
+    ld["local_query_start_loc"] = to_python(l.local_query_start_loc, owner);
+    ld["local_seqused_k"] = to_python(l.local_seqused_k, owner);
+    ld["local_block_table"] = to_python(l.local_block_table, owner);
+    ld["local_max_query_len"] = l.local_max_query_len;
+    ld["local_max_seq_len"] = l.local_max_seq_len;
+    ld["num_virtual_batches"] = l.num_virtual_batches;
+    ld["effective_chunk_size"] = l.effective_chunk_size;
+    d["local_attn_metadata"] = ld;
+  } else {
+    d["local_attn_metadata"] = nb::none();
+  }
+  return d;
+}
+
+nb::dict to_dict(const SparseMetadata& m, nb::handle owner) {
+  nb::dict d;
+  d["mode"] = m.mode;
+  d["batch_size"] = m.batch_size;
+  d["num_rows"] = m.num_rows;
+  d["page_size"] = m.page_size;
+  d["topk"] = m.topk;
+  d["cache_seqlens_int32"] = to_python(m.cache_seqlens_int32, owner);
+  d["cu_seqlens_k"] = to_python(m.cu_seqlens_k, owner);
+  d["cu_seqlens_q"] = to_python(m.cu_seqlens_q, owner);
+  d["max_seq_len_q"] = m.max_seq_len_q;
+  d["max_seq_len_k"] = m.max_seq_len_k;
+  d["page_table_1"] = to_python(m.page_table_1, owner);
+  d["real_page_table"] = to_python(m.real_page_table, owner);
+  d["nsa_seqlens_expanded"] = to_python(m.nsa_seqlens_expanded, owner);
+  d["nsa_cache_seqlens_int32"] = to_python(m.nsa_cache_seqlens_int32, owner);
+  d["nsa_cu_seqlens_q"] = to_python(m.nsa_cu_seqlens_q, owner);
+  d["nsa_cu_seqlens_k"] = to_python(m.nsa_cu_seqlens_k, owner);
+  d["nsa_extend_seq_lens_list"] = m.nsa_extend_seq_lens_list;
+  d["nsa_max_seqlen_q"] = m.nsa_max_seqlen_q;
+  d["captured"] = m.captured;
+  return d;
+}
+
+// The methods both planners share.
+template <class Planner>
+void bind_planner_methods(nb::class_<Planner>& c) {
+  c.def(
+       "init",
+       [](Planner& p, int max_bs, int max_num_tokens, int max_context_len, uintptr_t stream) {
+         p.init(PlanCapacity{max_bs, max_num_tokens, max_context_len}, to_stream(stream));
+       },
+       arg("max_bs"), arg("max_num_tokens"), arg("max_context_len"), nb::kw_only(), arg("stream") = 0,
+       "Allocate every buffer once, sized by capacity.")
+      .def(
+          "plan",
+          [](nb::handle self, ForwardMode mode, std::vector<int32_t> seq_lens, std::vector<int32_t> req_pool_indices,
+             nb::ndarray<> req_to_token, IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots,
+             uintptr_t stream) {
+            Planner& p = nb::cast<Planner&>(self);
+            BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
+                                     std::move(extend_prefix_lens), std::move(draft_slots));
+            return to_dict(p.plan(b.spec(mode, req_to_token), to_stream(stream)), self);
+          },
+          arg("mode"), arg("seq_lens"), arg("req_pool_indices"), arg("req_to_token"), nb::kw_only(),
+          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
+          arg("draft_slots") = nb::none(), arg("stream") = 0, "Eager metadata for one batch.")
+      .def(
+          "capture",
+          [](nb::handle self, int bs, ForwardMode mode, uintptr_t stream) {
+            return to_dict(nb::cast<Planner&>(self).capture(bs, mode, to_stream(stream)), self);
+          },
+          arg("bs"), arg("mode"), nb::kw_only(), arg("stream") = 0,
+          "Metadata in the static buffers for a CUDA graph of batch size bs.")
+      .def(
+          "replay",
+          [](nb::handle self, int bs, ForwardMode mode, std::vector<int32_t> seq_lens,
+             std::vector<int32_t> req_pool_indices, nb::ndarray<> req_to_token, IntList extend_seq_lens,
+             IntList extend_prefix_lens, IntList draft_slots, uintptr_t stream) {
+            Planner& p = nb::cast<Planner&>(self);
+            BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
+                                     std::move(extend_prefix_lens), std::move(draft_slots));
+            return to_dict(p.replay(bs, mode, b.spec(mode, req_to_token), to_stream(stream)), self);
+          },
+          arg("bs"), arg("mode"), arg("seq_lens"), arg("req_pool_indices"), arg("req_to_token"), nb::kw_only(),
+          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
+          arg("draft_slots") = nb::none(), arg("stream") = 0,
+          "Rewrite the captured buffers in place for a new batch (no allocation, same addresses).")
+      .def_prop_ro("device_bytes", &Planner::device_bytes);
+}
+
+}  // namespace
+
+void bind_plan(nb::module_& m) {
+  nb::enum_<ForwardMode>(m, "ForwardMode")
+      .value("idle", ForwardMode::idle)
+      .value("decode", ForwardMode::decode)
+      .value("extend", ForwardMode::extend)
+      .value("draft_decode", ForwardMode::draft_decode)
+      .value("target_verify", ForwardMode::target_verify)
+      .value("draft_extend", ForwardMode::draft_extend);
+
+  nb::class_<DensePlanner> dense(m, "DensePlanner", "FlashAttention-backend metadata for every forward mode.");
+  dense.def("__init__",
+            [](DensePlanner* self, int page_size, int attention_chunk_size, int sliding_window_size,
+               int draft_token_num, int num_steps, int step_id, const std::string& device) {
+              new (self) DensePlanner(
+                  DensePlanConfig{page_size, attention_chunk_size, sliding_window_size,
+                                  SpeculativeConfig{draft_token_num, num_steps, step_id}},
+                  parse_device(device));
+            },
+            nb::kw_only(), arg("page_size") = 1, arg("attention_chunk_size") = 0, arg("sliding_window_size") = -1,
+            arg("draft_token_num") = 0, arg("num_steps") = 0, arg("step_id") = 0, arg("device") = "cpu");
+  bind_planner_methods(dense);
+
+  nb::class_<SparsePlanner> sparse(m, "SparsePlanner", "DeepSeek sparse-attention (NSA) metadata.");
+  sparse.def("__init__",
+             [](SparsePlanner* self, int page_size, int topk, int draft_token_num, int num_steps, int step_id,
+                const std::string& device) {
+               new (self) SparsePlanner(
+                   SparsePlanConfig{page_size, topk, SpeculativeConfig{draft_token_num, num_steps, step_id}},
+                   parse_device(device));
+             },
+             nb::kw_only(), arg("page_size") = 64, arg("topk") = 2048, arg("draft_token_num") = 0,
+             arg("num_steps") = 0, arg("step_id") = 0, arg("device") = "cpu");
+  bind_planner_methods(sparse);
+
+  m.def(
+      "transform_index_page_table",
+      [](nb::ndarray<> page_table_1, nb::ndarray<> topk_indices, nb::ndarray<> out, OptArray cu_seqlens_q,
+         uintptr_t stream) {
+        transform_index_page_table({.page_table_1 = to_view(page_table_1), .topk_indices = to_view(topk_indices),
+                                    .out = to_view(out), .cu_seqlens_q = to_view(cu_seqlens_q)},
+                                   to_stream(stream));
+      },
+      arg("page_table_1"), arg("topk_indices"), arg("out"), arg("cu_seqlens_q") = nb::none(), nb::kw_only(),
+      arg("stream") = 0, "Top-k positions -> token slots through page_table_1 (-1 kept).");
+}
+
+}  // namespace attnserve::py
