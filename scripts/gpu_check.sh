@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check, run on a machine with an NVIDIA GPU (the device machine): builds attnserve with CUDA
 # using all cores, runs the GPU test suite (every CUDA op against the CPU oracle, CUDA-graph
-# replays), compute-sanitizer memcheck and racecheck on a reduced suite, and the memory-bound
+# replays, raw and planner-driven; the planners' own GPU test), compute-sanitizer memcheck and
+# racecheck on a reduced suite, and the memory-bound
 # benchmarks. Ends with a short table and one line `N passed, N failed`.
 #
 # Environment:

@@ -46,9 +46,3 @@ void device_caps(int device, int* num_sms, std::size_t* smem_per_block, int* arc
 }
 
 }  // namespace attnserve::cuda_rt
-
-#include "link_anchors.h"
-
-namespace attnserve::cuda::link {
-int keep_cuda_ops() { return store_kv_anchor + store_mla_anchor + merge_anchor + attention_anchor + mla_anchor; }
-}  // namespace attnserve::cuda::link

@@ -245,9 +245,3 @@ std::size_t paged_attention_workspace_size(const PagedAttentionArgs& a, const De
 void paged_attention(const PagedAttentionArgs& a, Workspace ws, Stream stream) { attn::run(a, ws, stream, {}); }
 
 }  // namespace attnserve::cuda
-
-// Referenced from src/cuda/common/runtime.cu so the linker always pulls this object out of the
-// static library (see link_anchors.h).
-namespace attnserve::cuda::link {
-int attention_anchor = 0;
-}

@@ -130,9 +130,3 @@ void set_kv_buffer(const StoreKvArgs& a, Stream stream) {
 }
 
 }  // namespace attnserve::cuda
-
-// Referenced from src/cuda/common/runtime.cu so the linker always pulls this object out of the
-// static library (see link_anchors.h).
-namespace attnserve::cuda::link {
-int store_kv_anchor = 0;
-}

@@ -218,9 +218,3 @@ void set_index_k(const StoreIndexKArgs& a, Stream stream) {
 }
 
 }  // namespace attnserve::cuda
-
-// Referenced from src/cuda/common/runtime.cu so the linker always pulls this object out of the
-// static library (see link_anchors.h).
-namespace attnserve::cuda::link {
-int store_mla_anchor = 0;
-}

@@ -131,9 +131,3 @@ void merge_state(const MergeStateArgs& a, Stream stream) {
 }
 
 }  // namespace attnserve::cuda
-
-// Referenced from src/cuda/common/runtime.cu so the linker always pulls this object out of the
-// static library (see link_anchors.h).
-namespace attnserve::cuda::link {
-int merge_anchor = 0;
-}

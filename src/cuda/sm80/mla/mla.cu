@@ -165,9 +165,3 @@ std::size_t mla_attention_workspace_size(const MlaAttentionArgs& a, const Device
 void mla_attention(const MlaAttentionArgs& a, Workspace ws, Stream stream) { mla::run(a, ws, stream, {}); }
 
 }  // namespace attnserve::cuda
-
-// Referenced from src/cuda/common/runtime.cu so the linker always pulls this object out of the
-// static library (see link_anchors.h).
-namespace attnserve::cuda::link {
-int mla_anchor = 0;
-}
