@@ -7,6 +7,14 @@
 
 #include "attnserve/ops.h"
 
+namespace attnserve {
+// Before any CUDA entry point: a clear error when CUDA tensors meet a build or machine without CUDA.
+inline void require_cuda_device(const char* op) {
+  ATTNSERVE_CHECK(cuda_available(), op, ": the tensors are on a CUDA device, but there is no CUDA ",
+                  "implementation available here (built without CUDA, or no GPU on this machine)");
+}
+}  // namespace attnserve
+
 namespace attnserve::cuda {
 
 std::size_t paged_attention_workspace_size(const PagedAttentionArgs& a, const DeviceCaps& caps);

@@ -191,6 +191,7 @@ void paged_attention(const PagedAttentionArgs& a, Workspace ws, Stream stream) {
   if (a.q.device.is_cpu()) {
     cpu::paged_attention(a);
   } else {
+    require_cuda_device("paged_attention");
     cuda::paged_attention(a, ws, stream);
   }
 }
@@ -204,6 +205,7 @@ void mla_attention(const MlaAttentionArgs& a, Workspace ws, Stream stream) {
   if (a.q_nope.device.is_cpu()) {
     cpu::mla_attention(a);
   } else {
+    require_cuda_device("mla_attention");
     cuda::mla_attention(a, ws, stream);
   }
 }
@@ -213,6 +215,7 @@ void merge_state(const MergeStateArgs& a, Stream stream) {
   if (a.v_a.device.is_cpu()) {
     cpu::merge_state(a);
   } else {
+    require_cuda_device("merge_state");
     cuda::merge_state(a, stream);
   }
 }
@@ -222,6 +225,7 @@ void merge_states(const MergeStatesArgs& a, Stream stream) {
   if (a.v_parts.device.is_cpu()) {
     cpu::merge_states(a);
   } else {
+    require_cuda_device("merge_states");
     cuda::merge_states(a, stream);
   }
 }

@@ -30,7 +30,10 @@ void quantize_fp8_groups(const QuantizeFp8Args& a, Stream stream) {
   check_last_dim_contiguous(op, "x", a.x);
   check_last_dim_contiguous(op, "out", a.out);
   if (a.x.device.is_cpu()) cpu::quantize_fp8_groups(a);
-  else cuda::quantize_fp8_groups(a, stream);
+  else {
+    require_cuda_device("quantize_fp8_groups");
+    cuda::quantize_fp8_groups(a, stream);
+  }
 }
 
 void indexer_ragged(const IndexerRaggedArgs& a, Workspace ws, Stream stream) {
@@ -56,6 +59,7 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace ws, Stream stream) {
     }
     cpu::indexer_ragged(a);
   } else {
+    require_cuda_device("indexer_ragged");
     cuda::indexer_ragged(a, ws, stream);
   }
 }
@@ -96,6 +100,7 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace ws, Stream stream) {
     }
     cpu::indexer_paged(a);
   } else {
+    require_cuda_device("indexer_paged");
     cuda::indexer_paged(a, ws, stream);
   }
 }

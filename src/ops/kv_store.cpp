@@ -30,7 +30,10 @@ void set_kv_buffer(const StoreKvArgs& a, Stream stream) {
                     "for an fp8 cache, got ", a.v_scale);
   }
   if (a.k.device.is_cpu()) cpu::set_kv_buffer(a);
-  else cuda::set_kv_buffer(a, stream);
+  else {
+    require_cuda_device("set_kv_buffer");
+    cuda::set_kv_buffer(a, stream);
+  }
 }
 
 void set_mla_kv_buffer(const StoreMlaArgs& a, Stream stream) {
@@ -46,7 +49,10 @@ void set_mla_kv_buffer(const StoreMlaArgs& a, Stream stream) {
   for (auto [name, t] : {std::pair{"kv_c", &a.kv_c}, {"k_rope", &a.k_rope}, {"cache", &a.cache}, {"loc", &a.loc}})
     check_last_dim_contiguous(op, name, *t);
   if (a.cache.device.is_cpu()) cpu::set_mla_kv_buffer(a);
-  else cuda::set_mla_kv_buffer(a, stream);
+  else {
+    require_cuda_device("set_mla_kv_buffer");
+    cuda::set_mla_kv_buffer(a, stream);
+  }
 }
 
 void set_index_k(const StoreIndexKArgs& a, Stream stream) {
@@ -60,7 +66,10 @@ void set_index_k(const StoreIndexKArgs& a, Stream stream) {
   for (auto [name, t] : {std::pair{"k", &a.k}, {"index_k_cache", &a.index_k_cache}, {"loc", &a.loc}})
     check_last_dim_contiguous(op, name, *t);
   if (a.k.device.is_cpu()) cpu::set_index_k(a);
-  else cuda::set_index_k(a, stream);
+  else {
+    require_cuda_device("set_index_k");
+    cuda::set_index_k(a, stream);
+  }
 }
 
 }  // namespace attnserve

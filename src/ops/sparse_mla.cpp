@@ -95,6 +95,7 @@ void sparse_mla(const SparseMlaArgs& a, Workspace ws, Stream stream) {
     validate_topk_length_values(a);
     cpu::sparse_mla(a);
   } else {
+    require_cuda_device("sparse_mla");
     cuda::sparse_mla(a, ws, stream);
   }
 }

@@ -107,6 +107,7 @@ void topk(const TopkArgs& a, Workspace ws, Stream stream) {
     validate_values(a);
     cpu::topk(a);
   } else {
+    require_cuda_device("topk");
     cuda::topk(a, ws, stream);
   }
 }
