@@ -86,7 +86,9 @@ fi
 san_runs=0; san_fail=0
 if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null; then
   MEMCHECK_FILTER='GpuKvStore.*:GpuMerge.*:GpuAttention.EdgeCases:GpuAttention.DecodeHeadDims64And256:GpuAttention.Fp8KvWithDescale:GpuAttention.ForcedSplitCounts:GpuMla.EdgeCases:GpuMla.ForcedSplitsAndDeterministic'
+  MEMCHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.TransformPrefillFindsTheRequest:TopkGpu.DeviceLengthsAreClampedToTheRow:IndexerPagedGpuEdge.ZeroLenKvAndShortRequests:IndexerPagedGpuEdge.PageIdsOutsideThePoolAreSkipped:IndexerRaggedGpu.CausalPrefillWindows:QuantizeFp8Gpu.*:SparseMlaGpuEdges.*'
   RACECHECK_FILTER='GpuAttention.EdgeCases:GpuAttention.PipelineDepths:GpuMla.EdgeCases:GpuKvStore.IndexerKeys'
+  RACECHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.RowStarts:SparseMlaGpu.TopkNotMultipleOfTheTile:SparseMlaGpuEdges.TopkLenZeroAndPartial'
   for tool in memcheck racecheck; do
     filter=$MEMCHECK_FILTER; [ $tool = racecheck ] && filter=$RACECHECK_FILTER
     t0=$(date +%s)
@@ -103,17 +105,28 @@ if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev
 fi
 
 # ---- benchmarks (not tests) ------------------------------------------------------------------------
+# BENCHES: which bench/cuda/bench_<name>.cu to build and run (default: all of them).
+BENCHES=${BENCHES:-attention topk indexer sparse}
 if [ "$BENCH" != none ] && [ -f "$BUILD/libattnserve.a" ]; then
   DL=$(grep -E '^DLPACK_INCLUDE_DIR' "$BUILD/CMakeCache.txt" | cut -d= -f2)
-  if nvcc -std=c++20 -O3 --expt-relaxed-constexpr -Iinclude -Isrc -I"$DL" -gencode arch=compute_90,code=sm_90 \
-       bench/cuda/bench_attention.cu "$BUILD/libattnserve.a" -Xcompiler -fopenmp -lcudart \
-       -o "$BUILD/bench_attention" >"$OUT/bench_build.log" 2>&1; then
-    rm -f "$OUT/bench_build.log"
-    args=(); [ "$BENCH" = quick ] && args=(--quick)
-    timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench_attention" "${args[@]}" 2>&1 | tee "$OUT/bench.log"
-  else
-    echo "bench build failed"; tail -20 "$OUT/bench_build.log"
-  fi
+  pids=()
+  for b in $BENCHES; do  # build in parallel: each is one translation unit
+    nvcc -std=c++20 -O3 --expt-relaxed-constexpr -Iinclude -Isrc -Itests -I"$DL" -gencode arch=compute_90,code=sm_90 \
+      "bench/cuda/bench_$b.cu" "$BUILD/libattnserve.a" -Xcompiler -fopenmp -lcudart \
+      -o "$BUILD/bench_$b" >"$OUT/bench_build_$b.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  args=(); [ "$BENCH" = quick ] && args=(--quick)
+  for b in $BENCHES; do
+    if [ -x "$BUILD/bench_$b" ]; then
+      rm -f "$OUT/bench_build_$b.log"
+      timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench_$b" "${args[@]}" 2>&1 | tee "$OUT/bench_$b.log"
+    else
+      echo "bench_$b build failed"; tail -20 "$OUT/bench_build_$b.log"
+    fi
+  done
+  cat "$OUT"/bench_*.log > "$OUT/bench.log" 2>/dev/null
 fi
 
 # ---- table -----------------------------------------------------------------------------------------
@@ -123,7 +136,7 @@ printf '%-72s %s\n' "check" "result"
 for i in "${!NAMES[@]}"; do printf '%-72s %s\n' "${NAMES[$i]}" "${RESULTS[$i]}"; done
 if [ -f "$OUT/bench.log" ]; then
   echo "-- bench (median, GB/s of K+V read; floor = bytes / measured copy bandwidth)"
-  grep -E "^(copy|decode|verify|store|mla|prefill|extend|ab |repeat)" "$OUT/bench.log" | cut -c1-140
+  grep -E "^(copy|decode|verify|store|mla|prefill|extend|ab |repeat|topk|indexer|sparse)" "$OUT/bench.log" | cut -c1-140
 fi
 build_fail=0; for r in "${RESULTS[@]}"; do [ "$r" = FAIL ] && build_fail=1; done
 passed=$(( ${gt_passed:-0} + san_runs - san_fail ))
