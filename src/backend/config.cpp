@@ -156,7 +156,7 @@ NsaImpls checked_sparse_config(const SparseBackendConfig& c, const DeviceCaps& c
   ATTNSERVE_CHECK(c.index_topk >= 1, who, ": index_topk ", c.index_topk, " must be >= 1");
   ATTNSERVE_CHECK(c.index_n_heads >= 1, who, ": index_n_heads ", c.index_n_heads, " must be >= 1");
   ATTNSERVE_CHECK(c.index_head_dim == 128, who, ": index_head_dim ", c.index_head_dim,
-                  " : the indexer key cache holds 128-dim keys");
+                  ": the indexer key cache holds 128-dim keys");
   check_common(who, c.device, c.softmax_scale, c.softcap, c.page_size, c.req_to_token, c.kv_buffers);
   const bool fp8 = c.kv_cache_format == MlaCacheFormat::fp8_656;
 
