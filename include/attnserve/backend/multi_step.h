@@ -23,6 +23,10 @@ class MultiStepBackend {
 
   // config.spec.num_steps >= 2; config.spec.step_id is ignored (set per step).
   explicit MultiStepBackend(const Config& config, Stream stream = {});
+  MultiStepBackend(const MultiStepBackend&) = delete;
+  MultiStepBackend& operator=(const MultiStepBackend&) = delete;
+  MultiStepBackend(MultiStepBackend&&) noexcept = default;
+  MultiStepBackend& operator=(MultiStepBackend&&) noexcept = default;
 
   int num_backends() const { return int(backends_.size()); }
   Backend& step(int i);
