@@ -9,17 +9,6 @@ namespace {
 }
 }  // namespace
 
-// Dense ops: until the sm80 kernels land (removed from here as each is implemented).
-std::size_t paged_attention_workspace_size(const PagedAttentionArgs&, const DeviceCaps&) { return 0; }
-void paged_attention(const PagedAttentionArgs&, Workspace, Stream) { pending("paged_attention"); }
-std::size_t mla_attention_workspace_size(const MlaAttentionArgs&, const DeviceCaps&) { return 0; }
-void mla_attention(const MlaAttentionArgs&, Workspace, Stream) { pending("mla_attention"); }
-void merge_state(const MergeStateArgs&, Stream) { pending("merge_state"); }
-void merge_states(const MergeStatesArgs&, Stream) { pending("merge_states"); }
-void set_kv_buffer(const StoreKvArgs&, Stream) { pending("set_kv_buffer"); }
-void set_mla_kv_buffer(const StoreMlaArgs&, Stream) { pending("set_mla_kv_buffer"); }
-void set_index_k(const StoreIndexKArgs&, Stream) { pending("set_index_k"); }
-
 // DeepSeek sparse attention.
 std::size_t sparse_mla_workspace_size(const SparseMlaArgs&, const DeviceCaps&) { return 0; }
 void sparse_mla(const SparseMlaArgs&, Workspace, Stream) { pending("sparse_mla"); }

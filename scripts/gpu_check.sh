@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# GPU check, run on a machine with an NVIDIA GPU (the device machine): builds attnserve with CUDA
+# using all cores, runs the GPU test suite (every CUDA op against the CPU oracle, CUDA-graph
+# replays, raw and planner-driven; the planners' own GPU test), compute-sanitizer memcheck and
+# racecheck on a reduced suite, and the memory-bound
+# benchmarks. Ends with a short table and one line `N passed, N failed`.
+#
+# Environment:
+#   OUT         where logs go (default: build-gpu/logs)
+#   DEPS        folder with googletest/ (source) and dlpack/dlpack.h, used when the system lacks them
+#   BENCH       full (default) | quick | none
+#   SANITIZER   1 (default) | 0
+#   GTEST_FILTER  restricts the main GPU test run (default: all)
+#   ATTNSERVE_COMMIT  commit id for the log header when this is not a git checkout
+#   TEST_TIMEOUT, SAN_TIMEOUT, BENCH_TIMEOUT  seconds per stage (defaults 300, 150, 240)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=$(nproc)
+BUILD=${BUILD_DIR:-build-gpu}
+OUT=${OUT:-$BUILD/logs}
+mkdir -p "$OUT" "$BUILD"
+BENCH=${BENCH:-full}
+SANITIZER=${SANITIZER:-1}
+COMMIT=${ATTNSERVE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+LOG=$OUT/gpu_check.log
+exec > >(tee "$LOG") 2>&1
+echo "== attnserve gpu_check  date $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit $COMMIT  gpu ${GPU:-none}  cores $JOBS"
+
+declare -a NAMES RESULTS
+record() { NAMES+=("$1"); RESULTS+=("$2"); }
+
+# ---- dependencies the build needs (GoogleTest, DLPack headers) ----------------------------------
+CMAKE_EXTRA=()
+if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
+  if [ -n "${DEPS:-}" ] && [ -d "$DEPS/googletest" ]; then
+    echo "== building GoogleTest from $DEPS/googletest"
+    cmake -S "$DEPS/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+      -DCMAKE_INSTALL_PREFIX=/tmp/deps -DCMAKE_POSITION_INDEPENDENT_CODE=ON >/dev/null &&
+      cmake --build /tmp/gtest-build -j "$JOBS" >/dev/null && cmake --install /tmp/gtest-build >/dev/null ||
+      { echo "GoogleTest build failed"; exit 1; }
+    CMAKE_EXTRA+=(-DCMAKE_PREFIX_PATH=/tmp/deps)
+  else
+    echo "GoogleTest not found: install libgtest-dev or set DEPS"; exit 1
+  fi
+fi
+if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -n "${DEPS:-}" ] && [ -f "$DEPS/dlpack/dlpack.h" ]; then
+  CMAKE_EXTRA+=(-DDLPACK_INCLUDE_DIR="$DEPS")
+fi
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+
+# ---- build ---------------------------------------------------------------------------------------
+t0=$(date +%s)
+if cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUDA=ON \
+     -DATTNSERVE_CUDA_ARCHS="80;90" "${CMAKE_EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
+   cmake --build "$BUILD" -j "$JOBS" --target attnserve_gpu_tests >"$OUT/build.log" 2>&1; then
+  record "build (sm_80 + sm_90, -j$JOBS, $(( $(date +%s) - t0 )) s)" PASS
+  rm -f "$OUT/configure.log"
+else
+  record "build" FAIL
+  tail -40 "$OUT/configure.log" "$OUT/build.log"
+fi
+grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill" | head -5
+
+# ---- GPU tests -----------------------------------------------------------------------------------
+TESTS=$BUILD/attnserve_gpu_tests
+gt_passed=0; gt_failed=0
+if [ -x "$TESTS" ]; then
+  t0=$(date +%s)
+  timeout "${TEST_TIMEOUT:-300}" "$TESTS" --gtest_filter="${GTEST_FILTER:-*}" >"$OUT/gpu_tests.log" 2>&1
+  test_rc=$?
+  echo "== gpu tests: rc $test_rc, $(( $(date +%s) - t0 )) s"
+  gt_passed=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$OUT/gpu_tests.log" | grep -Eo '[0-9]+$' || echo 0)
+  gt_failed=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -Eo '[0-9]+' | head -1 || echo 0)
+  gt_skipped=$(grep -Eo '^\[  SKIPPED \] [0-9]+' "$OUT/gpu_tests.log" | grep -Eo '[0-9]+$' || echo 0)
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\]' "$OUT/gpu_tests.log" | grep -v "listed below" | sed 's/^/  /'
+  grep -B2 -A8 -E "Failure|error:" "$OUT/gpu_tests.log" | head -60
+  [ "${gt_skipped:-0}" -gt 0 ] && echo "  ($gt_skipped skipped)"
+  [ "$test_rc" -ne 0 ] && [ "${gt_failed:-0}" -eq 0 ] && gt_failed=1  # crashed or timed out
+  record "gpu tests ($gt_passed passed, ${gt_failed:-0} failed, rc $test_rc)" "$([ "${gt_failed:-0}" -eq 0 ] && [ "$gt_passed" -gt 0 ] && echo PASS || echo FAIL)"
+fi
+
+# ---- compute-sanitizer on a reduced suite ----------------------------------------------------------
+san_runs=0; san_fail=0
+if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null; then
+  MEMCHECK_FILTER='GpuKvStore.*:GpuMerge.*:GpuAttention.EdgeCases:GpuAttention.DecodeHeadDims64And256:GpuAttention.Fp8KvWithDescale:GpuAttention.ForcedSplitCounts:GpuMla.EdgeCases:GpuMla.ForcedSplitsAndDeterministic'
+  RACECHECK_FILTER='GpuAttention.EdgeCases:GpuAttention.PipelineDepths:GpuMla.EdgeCases:GpuKvStore.IndexerKeys'
+  for tool in memcheck racecheck; do
+    filter=$MEMCHECK_FILTER; [ $tool = racecheck ] && filter=$RACECHECK_FILTER
+    t0=$(date +%s)
+    ATTNSERVE_SEED=1 timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filter" \
+      >"$OUT/sanitizer_$tool.log" 2>&1
+    rc=$?
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer_$tool.log" | tail -1)
+    san_runs=$((san_runs + 1))
+    # Pass: the tool ran to its summary and found nothing (test failures are counted above).
+    if [ $rc -ne 9 ] && [ $rc -ne 124 ] && echo "$summary" | grep -qE "ERROR SUMMARY: 0 errors|\(0 errors"; then record "compute-sanitizer $tool ($summary, $(( $(date +%s) - t0 )) s)" PASS
+    else record "compute-sanitizer $tool (rc $rc: $summary)" FAIL; san_fail=$((san_fail + 1))
+      grep -m 20 -E "=========" "$OUT/sanitizer_$tool.log"; fi
+  done
+fi
+
+# ---- benchmarks (not tests) ------------------------------------------------------------------------
+if [ "$BENCH" != none ] && [ -f "$BUILD/libattnserve.a" ]; then
+  DL=$(grep -E '^DLPACK_INCLUDE_DIR' "$BUILD/CMakeCache.txt" | cut -d= -f2)
+  if nvcc -std=c++20 -O3 --expt-relaxed-constexpr -Iinclude -Isrc -I"$DL" -gencode arch=compute_90,code=sm_90 \
+       bench/cuda/bench_attention.cu "$BUILD/libattnserve.a" -Xcompiler -fopenmp -lcudart \
+       -o "$BUILD/bench_attention" >"$OUT/bench_build.log" 2>&1; then
+    rm -f "$OUT/bench_build.log"
+    args=(); [ "$BENCH" = quick ] && args=(--quick)
+    timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench_attention" "${args[@]}" 2>&1 | tee "$OUT/bench.log"
+  else
+    echo "bench build failed"; tail -20 "$OUT/bench_build.log"
+  fi
+fi
+
+# ---- table -----------------------------------------------------------------------------------------
+echo
+echo "== summary  commit $COMMIT  gpu ${GPU:-none}"
+printf '%-72s %s\n' "check" "result"
+for i in "${!NAMES[@]}"; do printf '%-72s %s\n' "${NAMES[$i]}" "${RESULTS[$i]}"; done
+if [ -f "$OUT/bench.log" ]; then
+  echo "-- bench (median, GB/s of K+V read; floor = bytes / measured copy bandwidth)"
+  grep -E "^(copy|decode|verify|store|mla|prefill|extend|ab |repeat)" "$OUT/bench.log" | cut -c1-140
+fi
+build_fail=0; for r in "${RESULTS[@]}"; do [ "$r" = FAIL ] && build_fail=1; done
+passed=$(( ${gt_passed:-0} + san_runs - san_fail ))
+failed=$(( ${gt_failed:-0} + san_fail ))
+[ ! -x "$TESTS" ] && failed=$((failed + 1))
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Prepares .device/deps (ignored by git) for a GPU machine that has no network and no GoogleTest or
+# DLPack headers: the GoogleTest sources (Debian's googletest package) and dlpack/dlpack.h.
+# Then, on the GPU machine:  DEPS=$PWD/.device/deps scripts/gpu_check.sh   (carry .device)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+[ -d /usr/src/googletest ] || { apt-get install -y -qq googletest >/dev/null; }
+rm -rf .device/deps && mkdir -p .device/deps/dlpack
+cp -r /usr/src/googletest .device/deps/googletest
+cp /usr/include/dlpack/dlpack.h .device/deps/dlpack/
+du -sh .device/deps

@@ -1,0 +1,53 @@
+// Host-side helpers shared by the CUDA launchers: stream handles, alignment checks, grid sizing.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string_view>
+
+#include "attnserve/runtime.h"
+#include "check.cuh"
+
+namespace attnserve::cuda {
+
+inline cudaStream_t to_cuda(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+
+inline bool aligned_to(const void* p, std::size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+
+// True when the view's base and every non-last stride are multiples of `elems` elements and the
+// last dim is contiguous: then `elems`-wide vector accesses along the last dim are aligned.
+inline bool vector_ok(const TensorView& t, int elems) {
+  if (t.ndim == 0) return true;
+  if (t.size(-1) % elems != 0) return false;
+  if (t.size(-1) > 1 && t.stride(-1) != 1) return false;
+  if (!aligned_to(t.data, std::size_t(elems) * dtype_size(t.dtype))) return false;
+  for (int d = 0; d + 1 < t.ndim; ++d)
+    if (t.shape[d] > 1 && t.strides[d] % elems != 0) return false;
+  return true;
+}
+
+// Requires the last dim contiguous and 16-byte aligned rows (cp.async / vector loads).
+inline void require_rows16(std::string_view op, std::string_view arg, const TensorView& t) {
+  int elems = int(16 / dtype_size(t.dtype));
+  ATTNSERVE_CHECK(vector_ok(t, elems), op, ": ", arg, " must have a contiguous last dim, a 16-byte aligned base and "
+                  "strides that are multiples of 16 bytes on CUDA (shape ", t.shape_string(), ")");
+}
+
+inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+inline int num_sms_of_current_device() {
+  int dev = 0, n = 0;
+  ATTNSERVE_CUDA_CHECK(cudaGetDevice(&dev));
+  ATTNSERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// Grid for a grid-stride loop over `work` items with `threads` per block.
+inline unsigned grid_for(int64_t work, int threads) {
+  int64_t blocks = (work + threads - 1) / threads;
+  int64_t cap = int64_t(num_sms_of_current_device()) * 32;
+  if (blocks > cap) blocks = cap;
+  return unsigned(blocks < 1 ? 1 : blocks);
+}
+
+}  // namespace attnserve::cuda

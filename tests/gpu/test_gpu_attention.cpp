@@ -1,0 +1,342 @@
+// Paged attention on CUDA against the CPU oracle: decode, draft decode, target verify, extend with
+// a cached prefix, prefill; head dims 64/128/256; GQA groups 1..16; page sizes 1/16/64; causal,
+// windows, softcap; FP8 KV with descale; f16; split-KV (forced counts); named edge cases; and the
+// deterministic mode's batch invariance.
+#include "gpu_attention_case.h"
+
+using namespace attnserve;
+using namespace attnserve::test;
+
+namespace {
+
+std::vector<int> random_lens(std::mt19937_64& g, int n, int lo, int hi) {
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<int> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Extend: k_len = prefix + q_len for each request.
+std::vector<int> with_prefix(std::mt19937_64& g, const std::vector<int>& q_lens, int max_prefix) {
+  std::uniform_int_distribution<int> d(0, max_prefix);
+  std::vector<int> k(q_lens.size());
+  for (size_t i = 0; i < q_lens.size(); ++i) k[i] = q_lens[i] + d(g);
+  return k;
+}
+
+}  // namespace
+
+TEST(GpuAttention, DecodeGqa4PageSizes) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int ps : {1, 16, 64}) {
+    SCOPED_TRACE("page_size " + std::to_string(ps));
+    AttnSpec s;
+    s.q_lens = std::vector<int>(6, 1);
+    s.k_lens = random_lens(g, 6, 1, 1500);
+    s.h_q = 32;
+    s.h_kv = 8;
+    s.page_size = ps;
+    check_case(s, g);
+  }
+}
+
+TEST(GpuAttention, DecodeHeadDims64And256) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int d : {64, 256}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    AttnSpec s;
+    s.q_lens = std::vector<int>(4, 1);
+    s.k_lens = random_lens(g, 4, 1, 700);
+    s.d = d;
+    s.h_q = 16;
+    s.h_kv = 4;
+    check_case(s, g);
+  }
+}
+
+TEST(GpuAttention, GroupSizes1To16) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (auto [hq, hkv] : {std::pair{8, 8}, {16, 2}, {16, 1}, {32, 2}}) {
+    SCOPED_TRACE("h_q " + std::to_string(hq) + " h_kv " + std::to_string(hkv));
+    AttnSpec s;
+    s.q_lens = {1, 1, 2, 1};
+    s.k_lens = random_lens(g, 4, 3, 600);
+    s.h_q = hq;
+    s.h_kv = hkv;
+    check_case(s, g);
+  }
+}
+
+TEST(GpuAttention, SpecVerify4AndDraftDecode) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int draft : {4, 2}) {  // target verify (4 draft tokens); a 2-token draft extend
+    SCOPED_TRACE("draft " + std::to_string(draft));
+    AttnSpec s;
+    s.q_lens = std::vector<int>(5, draft);
+    s.k_lens = random_lens(g, 5, draft, 900);
+    s.h_q = 32;
+    s.h_kv = 8;
+    check_case(s, g);
+  }
+  AttnSpec s;  // gqa_16 x verify 4: 64 packed rows per request
+  s.q_lens = std::vector<int>(3, 4);
+  s.k_lens = random_lens(g, 3, 4, 500);
+  s.h_q = 16;
+  s.h_kv = 1;
+  s.page_size = 1;
+  check_case(s, g);
+}
+
+TEST(GpuAttention, ExtendWithCachedPrefix) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  AttnSpec s;
+  s.q_lens = {37, 100, 1, 64, 5};
+  s.k_lens = with_prefix(g, s.q_lens, 400);
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.page_size = 16;
+  check_case(s, g);
+}
+
+TEST(GpuAttention, PrefillCausalAndNonCausal) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    AttnSpec s;
+    s.q_lens = {300, 129, 64};
+    s.k_lens = s.q_lens;
+    s.h_q = 4;
+    s.h_kv = 4;
+    s.causal = causal;
+    s.page_size = 64;
+    check_case(s, g);
+  }
+}
+
+TEST(GpuAttention, SlidingWindowAndSoftcap) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  {
+    AttnSpec s;  // sliding window, extend
+    s.q_lens = {50, 1, 17};
+    s.k_lens = with_prefix(g, s.q_lens, 300);
+    s.window_left = 70;
+    check_case(s, g);
+  }
+  {
+    AttnSpec s;  // window on both sides, non-causal
+    s.q_lens = {20, 3};
+    s.k_lens = {120, 90};
+    s.causal = false;
+    s.window_left = 10;
+    s.window_right = 5;
+    check_case(s, g);
+  }
+  {
+    AttnSpec s;  // softcap (Gemma-style), decode + extend
+    s.q_lens = {1, 9, 1};
+    s.k_lens = {400, 60, 33};
+    s.softcap = 5.f;
+    s.q_range = 4.f;
+    check_case(s, g);
+  }
+}
+
+TEST(GpuAttention, Fp8KvWithDescale) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (int d : {64, 128, 256}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " d " + std::to_string(d));
+      AttnSpec s;
+      s.dtype = t;
+      s.fp8 = true;
+      s.descale = true;
+      s.d = d;
+      s.q_lens = {1, 1, 4, 23};
+      s.k_lens = with_prefix(g, s.q_lens, 500);
+      s.h_q = 8;
+      s.h_kv = 2;
+      check_case(s, g);
+    }
+  }
+}
+
+TEST(GpuAttention, F16AllHeadDims) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int d : {64, 128, 256}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    AttnSpec s;
+    s.dtype = DType::f16;
+    s.d = d;
+    s.q_lens = {1, 70, 3};
+    s.k_lens = with_prefix(g, s.q_lens, 300);
+    check_case(s, g);
+  }
+}
+
+TEST(GpuAttention, ForcedSplitCounts) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int splits : {1, 2, 5, 13}) {
+    for (int mt : {1, 4}) {
+      SCOPED_TRACE("splits " + std::to_string(splits) + " mt " + std::to_string(mt));
+      AttnSpec s;
+      s.q_lens = {1, 1, 3, 1};
+      s.k_lens = {2000, 1, 700, 129};
+      s.h_q = 16;
+      s.h_kv = 4;
+      s.tuning.num_splits = splits;
+      s.tuning.mt = mt;
+      check_case(s, g);
+    }
+  }
+}
+
+TEST(GpuAttention, PageAddressingShiftsAndDivision) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int ps : {1, 16, 12, 5}) {  // 12 and 5 are not powers of two: integer division
+    for (int shifts : {1, 0}) {
+      SCOPED_TRACE("page_size " + std::to_string(ps) + " shifts " + std::to_string(shifts));
+      AttnSpec s;
+      s.q_lens = {1, 1, 40};
+      s.k_lens = {900, 77, 300};
+      s.page_size = ps;
+      s.tuning.page_shifts = shifts;
+      check_case(s, g);
+    }
+  }
+}
+
+TEST(GpuAttention, PipelineDepths) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (auto [mt, stages] : {std::pair{4, 2}, {4, 3}, {4, 4}, {1, 2}, {1, 5}, {1, 8}}) {
+    SCOPED_TRACE("mt " + std::to_string(mt) + " stages " + std::to_string(stages));
+    AttnSpec s;
+    s.q_lens = {1, 30};
+    s.k_lens = {1000, 400};
+    s.d = 64;
+    s.tuning.stages = stages;
+    s.tuning.mt = mt;
+    check_case(s, g);
+  }
+}
+
+TEST(GpuAttention, EdgeCases) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  {
+    SCOPED_TRACE("zero_len_kv");
+    AttnSpec s;
+    s.q_lens = {1, 1, 2};
+    s.k_lens = {0, 50, 0};
+    check_case(s, g);
+  }
+  {
+    SCOPED_TRACE("q_len_gt_k_len (rows before the first key see nothing)");
+    AttnSpec s;
+    s.q_lens = {8, 3};
+    s.k_lens = {5, 3};
+    check_case(s, g);
+  }
+  {
+    SCOPED_TRACE("last_page_partial");
+    AttnSpec s;
+    s.q_lens = {1, 1};
+    s.k_lens = {65, 127};
+    s.page_size = 64;
+    check_case(s, g);
+  }
+  {
+    SCOPED_TRACE("window_gt_seq");
+    AttnSpec s;
+    s.q_lens = {4, 1};
+    s.k_lens = {30, 12};
+    s.window_left = 1000;
+    check_case(s, g);
+  }
+  {
+    SCOPED_TRACE("no_lse");
+    AttnSpec s;
+    s.with_lse = false;
+    s.q_lens = {1, 9};
+    s.k_lens = {300, 9};
+    check_case(s, g);
+  }
+  {
+    SCOPED_TRACE("strided_q_out");
+    AttnSpec s;
+    s.strided = true;
+    s.q_lens = {1, 12};
+    s.k_lens = {260, 40};
+    check_case(s, g);
+  }
+  {
+    SCOPED_TRACE("rows_outside_batch_none");
+    AttnSpec s;
+    s.rows_before = 0;
+    s.rows_after = 0;
+    s.q_lens = {2};
+    s.k_lens = {2};
+    check_case(s, g);
+  }
+}
+
+// Deterministic mode: a request's bits do not depend on the rest of the batch (other lengths,
+// another max_seqlen_q and page-table width, hence another split count and grid).
+TEST(GpuAttention, DeterministicBatchInvariance) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int q_len : {1, 4}) {
+    SCOPED_TRACE("q_len " + std::to_string(q_len));
+    AttnSpec big;
+    big.deterministic = true;
+    big.q_lens = {3, q_len, 1, 40};
+    big.k_lens = {5000, 2500, 7000, 3100};
+    big.h_q = 16;
+    big.h_kv = 4;
+    big.rows_before = 0;
+    big.rows_after = 0;
+    AttnCase c(big, g);
+    // The same request alone: its page-table row, its query rows, the same caches.
+    AttnCase solo = AttnCase(big, g);  // shapes only; contents replaced below
+    const int r = 1, q0 = c.cu.ptr<int32_t>()[r];
+    solo.b = 1;
+    solo.spec.q_lens = {q_len};
+    solo.spec.k_lens = {big.k_lens[1]};
+    solo.total_q = q_len;
+    solo.max_q = q_len;
+    solo.max_pages = (big.k_lens[1] + big.page_size - 1) / big.page_size;
+    solo.q = HostTensor(big.dtype, {q_len, big.h_q, big.d});
+    std::memcpy(solo.q.bytes.data(), c.q.bytes.data() + size_t(q0) * big.h_q * big.d * 2, solo.q.bytes.size() - 1);
+    solo.q_view = solo.q.view;
+    solo.kc = c.kc;
+    solo.vc = c.vc;
+    solo.pt = HostTensor(DType::i32, {1, solo.max_pages});
+    for (int i = 0; i < solo.max_pages; ++i) solo.pt.ptr<int32_t>()[i] = c.pt.ptr<int32_t>()[r * c.max_pages + i];
+    solo.seqlens = HostTensor(DType::i32, {1});
+    solo.seqlens.ptr<int32_t>()[0] = big.k_lens[1];
+    solo.cu = HostTensor(DType::i32, {2});
+    solo.cu.ptr<int32_t>()[0] = 0;
+    solo.cu.ptr<int32_t>()[1] = q_len;
+    solo.spec.rows_before = solo.spec.rows_after = 0;
+
+    GpuResult all = run_on_gpu(c, {}), one = run_on_gpu(solo, {});
+    const size_t row_bytes = size_t(big.h_q) * big.d * 2;
+    EXPECT_EQ(std::memcmp(all.out.bytes.data() + q0 * row_bytes, one.out.bytes.data(), q_len * row_bytes), 0)
+        << "deterministic mode: the request's output bits depend on the batch";
+    EXPECT_EQ(std::memcmp(all.lse.bytes.data() + size_t(q0) * big.h_q * 4, one.lse.bytes.data(),
+                          size_t(q_len) * big.h_q * 4), 0)
+        << "deterministic mode: the request's lse bits depend on the batch";
+    check_case(big, g);  // and the deterministic path is correct
+  }
+}
