@@ -25,6 +25,7 @@ IndexerKeyPool = _attnserve.IndexerKeyPool
 ForwardMode = _attnserve.ForwardMode
 DensePlanner = _attnserve.DensePlanner
 SparsePlanner = _attnserve.SparsePlanner
+from .backend import DenseBackend, DenseMultiStepBackend, ForwardBatch, LayerSpec, NSAIndexerMetadata, SparseBackend, SparseMultiStepBackend  # noqa: E402,E501
 
 _OPS = [
     "paged_attention", "mla_attention", "merge_state", "merge_states", "sparse_mla",
@@ -51,3 +52,4 @@ for _name in _OPS:
 __all__ = ["Error", "TopkTransform", "cuda_available", "built_with_cuda", "ReqToTokenPool", "SlotAllocator",
            "MhaKvPool", "MlaKvPool", "MlaCacheFormat", "IndexerKeyPool", "ForwardMode", "DensePlanner",
            "SparsePlanner", *_OPS]
+__all__ += ["DenseBackend", "SparseBackend", "DenseMultiStepBackend", "SparseMultiStepBackend", "ForwardBatch", "LayerSpec", "NSAIndexerMetadata"]

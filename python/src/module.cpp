@@ -28,4 +28,5 @@ NB_MODULE(_attnserve, m) {
   attnserve::py::bind_ops(m);
   attnserve::py::bind_kv(m);
   attnserve::py::bind_plan(m);
+  attnserve::py::bind_backend(m);
 }
