@@ -76,7 +76,7 @@ class Timer:
         return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
 
 
-def rotation_sets(set_bytes: float, l2_bytes: float, min_sets: int = 3, max_sets: int = 64) -> int:
+def rotation_sets(set_bytes: float, l2_bytes: float, min_sets: int = 3, max_sets: int = 256) -> int:
     """Input sets to rotate over: at least min_sets, and together at least twice the L2."""
     if set_bytes <= 0:
         return min_sets
