@@ -125,7 +125,7 @@ class BenchContext:
                 self.flex_seconds += time.monotonic() - t0
         return self._emit(row)
 
-    def run_cases(self, cases, run_one, workload_of):
+    def run_cases(self, cases, run_one, workload_of, impl: str = "attnserve"):
         """run_one(self, case) for each selected case; a failed setup (e.g. out of memory) becomes a
         row and ends that case only."""
         for case in cases:
@@ -133,7 +133,7 @@ class BenchContext:
                 continue
             workload = workload_of(case)
             if self.time_left() <= 0:
-                self.skip(workload, "attnserve", case.shape, "skipped: time budget spent")
+                self.skip(workload, impl, case.shape, "skipped: time budget spent")
                 continue
             try:
                 run_one(self, case)
@@ -141,7 +141,7 @@ class BenchContext:
                 raise
             except Exception as e:  # noqa: BLE001
                 print(f"[bench] {workload} / {case.shape} setup failed:\n{_short_traceback()}", flush=True)
-                self.skip(workload, "attnserve", case.shape, f"setup failed: {type(e).__name__}: {e}")
+                self.skip(workload, impl, case.shape, f"setup failed: {type(e).__name__}: {e}")
                 self.raise_if_context_lost()
             self.free()
 

@@ -12,7 +12,7 @@ from bench_inputs import cu_seqlens, gather_contiguous, make_paged_kv, random_se
 from bench_reference import attention_rows
 from bench_sdpa import SdpaRunner, available_backends, expand_heads
 
-SDPA_NOTE = "not paged: contiguous K/V gathered once from our paged cache"
+SDPA_NOTE = "contiguous K/V (not paged)"
 
 
 @dataclass
@@ -152,25 +152,57 @@ class DenseProblem:
         return b
 
 
+def contiguous_kv(p: DenseProblem):
+    """K/V gathered out of the pages once, as [b, h_kv, ctx, d] views of [b, ctx, h_kv, d] tensors."""
+    return (gather_contiguous(p.kv, p.kv.k_cache).transpose(1, 2),
+            gather_contiguous(p.kv, p.kv.v_cache).transpose(1, 2))
+
+
 def run_case(ctx: BenchContext, case: DenseCase):
+    """attnserve and the SDPA peers on one shape (FlexAttention runs in a later pass: its compiles are
+    slow, so a tight budget costs flex rows, not ours)."""
     p = DenseProblem(ctx, case)
     common = dict(flops=p.flops(), bytes_=p.bytes(), params=case.params())
     run_ours(ctx, p, common)
-    contiguous = None
-    flex_needs_contiguous = case.flex == "contiguous" or (case.flex and ctx.cfg.flex and not flex_is_paged(ctx))
-    if case.sdpa or flex_needs_contiguous:
-        contiguous = (gather_contiguous(p.kv, p.kv.k_cache).transpose(1, 2),
-                      gather_contiguous(p.kv, p.kv.v_cache).transpose(1, 2))
     if case.sdpa:
+        contiguous = contiguous_kv(p)
         for impl, reason in available_backends(ctx.torch).items():
             if reason:
                 ctx.skip(case.workload, impl, case.shape, f"skipped: {reason}", params=case.params())
             else:
                 run_sdpa(ctx, p, impl, contiguous, common)
+        del contiguous
     if case.sdpa_gather:
         run_sdpa_gather(ctx, p, common)
-    if case.flex:
-        run_flex(ctx, p, contiguous, common)
+
+
+def run_flex_case(ctx: BenchContext, case: DenseCase):
+    """The FlexAttention peer on one shape (skipped without building anything when it cannot run)."""
+    reason = ctx.flex_allowed()
+    if not reason and case.flex == "paged" and case.page < 16:
+        reason = "skipped: FlexAttention needs KV blocks (pages) of >= 16 keys"
+    peer = None
+    if not reason:
+        peer, reason = flex_peer(ctx)
+    impl = "flex" if case.flex == "contiguous" else (peer.impl if peer else "flex-paged")
+    if reason:
+        ctx.skip(case.workload, impl, case.shape, reason, params=case.params())
+        return
+    p = DenseProblem(ctx, case)
+    common = dict(flops=p.flops(), bytes_=p.bytes(), params=case.params())
+    try:
+        if case.flex == "paged" and peer.paged:
+            runner = peer.paged_runner(p.kv, case.q_len, p.scale)
+            note = "paged block mask (block = page)"
+        else:
+            k4, v4 = contiguous_kv(p)
+            runner = peer.causal_runner(k4, v4, case.q_len, p.scale)
+            note = "contiguous K/V, causal block mask"
+    except Exception as e:  # noqa: BLE001
+        ctx.skip(case.workload, impl, case.shape, f"block mask failed: {type(e).__name__}: {e}", params=case.params())
+        return
+    ctx.run_impl(case.workload, impl, case.shape, lambda i: runner(p.q4(i)), p.n_sets, check=p.check_bhsd,
+                 note=note, is_flex=True, **common)
 
 
 def run_ours(ctx: BenchContext, p: DenseProblem, common: dict):
@@ -204,7 +236,7 @@ def run_sdpa(ctx: BenchContext, p: DenseProblem, impl: str, contiguous, common: 
         del kx, vx
 
     ctx.run_impl(c.workload, impl, c.shape, lambda i: runner(p.q4(i), k4, v4), p.n_sets, check=p.check_bhsd,
-                 note=note + f"; {runner.mode}", **common)
+                 note=note + ("" if runner.mode == "no mask" else f"; {runner.mode}"), **common)
 
 
 def run_sdpa_gather(ctx: BenchContext, p: DenseProblem, common: dict):
@@ -223,7 +255,7 @@ def run_sdpa_gather(ctx: BenchContext, p: DenseProblem, common: dict):
         return runner(p.q4(i), k4, v4)
 
     ctx.run_impl(c.workload, impl, c.shape, call, p.n_sets, check=p.check_bhsd,
-                 note="torch gather of the pages + SDPA flash, per call", **common)
+                 note="gathers the pages, then SDPA flash, per call", **common)
 
 
 def flex_peer(ctx: BenchContext):
@@ -238,39 +270,6 @@ def flex_peer(ctx: BenchContext):
     return ctx._flex
 
 
-def flex_is_paged(ctx: BenchContext) -> bool:
-    peer, _ = flex_peer(ctx)
-    return bool(peer and peer.paged)
-
-
-def run_flex(ctx: BenchContext, p: DenseProblem, contiguous, common: dict):
-    c = p.case
-    default_impl = "flex" if c.flex == "contiguous" else "flex-paged"
-    reason = ctx.flex_allowed()
-    if not reason and c.flex == "paged" and c.page < 16:
-        reason = "skipped: FlexAttention needs KV blocks (pages) of >= 16 keys"
-    peer = None
-    if not reason:
-        peer, reason = flex_peer(ctx)
-    impl = default_impl if c.flex == "contiguous" or peer is None else peer.impl
-    if reason:
-        ctx.skip(c.workload, impl, c.shape, reason, params=c.params())
-        return
-    try:
-        if c.flex == "paged" and peer.paged:
-            runner = peer.paged_runner(p.kv, c.q_len, p.scale)
-            note = "paged block mask (block = page), torch.compile"
-        else:
-            k4, v4 = contiguous
-            runner = peer.causal_runner(k4, v4, c.q_len, p.scale)
-            note = "contiguous K/V, causal block mask, torch.compile"
-    except Exception as e:  # noqa: BLE001
-        ctx.skip(c.workload, impl, c.shape, f"block mask failed: {type(e).__name__}: {e}", params=c.params())
-        return
-    ctx.run_impl(c.workload, impl, c.shape, lambda i: runner(p.q4(i)), p.n_sets, check=p.check_bhsd, note=note,
-                 is_flex=True, **common)
-
-
 def _runs(ctx: BenchContext, fn) -> bool:
     try:
         fn()
@@ -282,13 +281,18 @@ def _runs(ctx: BenchContext, fn) -> bool:
 
 # ---- groups ---------------------------------------------------------------------------------------
 
+def run_dense(ctx: BenchContext, cases: list[DenseCase]):
+    ctx.run_cases(cases, run_case, lambda c: c.workload)
+    ctx.run_cases([c for c in cases if c.flex], run_flex_case, lambda c: c.workload, impl="flex")
+
+
 def run_decode(ctx: BenchContext):
-    ctx.run_cases(decode_cases(ctx.cfg.quick, ctx.cfg.smoke), run_case, lambda c: c.workload)
+    run_dense(ctx, decode_cases(ctx.cfg.quick, ctx.cfg.smoke))
 
 
 def run_sweep(ctx: BenchContext):
-    ctx.run_cases(sweep_cases(ctx.cfg.quick, ctx.cfg.smoke), run_case, lambda c: c.workload)
+    run_dense(ctx, sweep_cases(ctx.cfg.quick, ctx.cfg.smoke))
 
 
 def run_prefill(ctx: BenchContext):
-    ctx.run_cases(prefill_cases(ctx.cfg.quick, ctx.cfg.smoke), run_case, lambda c: c.workload)
+    run_dense(ctx, prefill_cases(ctx.cfg.quick, ctx.cfg.smoke))

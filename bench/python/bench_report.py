@@ -123,13 +123,21 @@ def _fmt_time(us: float | None) -> str:
 
 
 def group_rows(rows: list[Row]) -> list[tuple[str, list[Row]]]:
-    """Rows by workload, sections in WORKLOAD_ORDER then in order of appearance; rows keep their order."""
+    """Rows by workload, sections in WORKLOAD_ORDER then in order of appearance; inside a section the
+    rows of one shape stay together (in the order the shapes first appeared), in measurement order."""
     groups: dict[str, list[Row]] = {}
     for r in rows:
         groups.setdefault(r.workload, []).append(r)
     known = [w for w in WORKLOAD_ORDER if w in groups]
     others = [w for w in groups if w not in WORKLOAD_ORDER]
-    return [(w, groups[w]) for w in known + others]
+    return [(w, _by_shape(groups[w])) for w in known + others]
+
+
+def _by_shape(rows: list[Row]) -> list[Row]:
+    first: dict[str, int] = {}
+    for i, r in enumerate(rows):
+        first.setdefault(r.shape, i)
+    return [r for _, r in sorted(enumerate(rows), key=lambda ir: (first[ir[1].shape], ir[0]))]
 
 
 def markdown_table(rows: list[Row]) -> str:

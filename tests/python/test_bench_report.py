@@ -208,3 +208,64 @@ def test_paged_block_mask_sees_exactly_the_causal_keys(ctx, q_len, page):
                             seen.add(pg * page + o)
                 logical = {int(page_table[r, j // page]) * page + j % page for j in range(pos + 1)}
                 assert seen == logical, (r, i)
+
+
+# ---- the event timer, on a fake torch.cuda -----------------------------------------------------------
+
+class _FakeCuda:
+    """Records the order of calls; each event's time is the number of calls recorded before it."""
+
+    def __init__(self):
+        self.log = []
+
+    def synchronize(self):
+        self.log.append("sync")
+
+    def _sleep(self, cycles):
+        self.log.append(("sleep", cycles))
+
+    def Event(self, enable_timing=False):  # noqa: N802 - torch's name
+        cuda = self
+
+        class _Event:
+            def record(self):
+                self.t = len(cuda.log)
+                cuda.log.append("record")
+
+            def elapsed_time(self, end):
+                return float(end.t - self.t)  # "ms"
+
+        return _Event()
+
+
+class _FakeTorch:
+    def __init__(self):
+        self.cuda = _FakeCuda()
+
+
+def test_event_timer_spins_records_and_takes_the_median():
+    from bench_timing import Timer
+
+    torch = _FakeTorch()
+    calls = []
+    timer = Timer(torch, "cuda", warmup=2, reps=5)
+    assert timer.spin and "spin" in timer.describe()
+
+    def fn(i):
+        calls.append(i)
+        torch.cuda.log.append(("fn", i))
+
+    us = timer.median_us(fn, n_sets=3)
+    # Each rep is sleep, record, fn, record: the events are 2 log entries apart -> 2 "ms".
+    assert us == pytest.approx(2000.0)
+    assert calls[:2] == [0, 1]                                  # warm-up over the sets
+    assert set(calls) == {0, 1, 2}                              # every set used
+    assert sum(1 for e in torch.cuda.log if isinstance(e, tuple) and e[0] == "sleep") == 5
+
+
+def test_rows_of_one_shape_stay_together():
+    rows = [R.Row("decode", "attnserve", "A"), R.Row("decode", "attnserve", "B"), R.Row("decode", "flex", "A"),
+            R.Row("decode", "flex", "B"), R.Row("store", "attnserve", "S")]
+    (w1, g1), (w2, g2) = R.group_rows(rows)
+    assert (w1, w2) == ("decode", "store")
+    assert [(r.shape, r.impl) for r in g1] == [("A", "attnserve"), ("A", "flex"), ("B", "attnserve"), ("B", "flex")]
