@@ -16,7 +16,7 @@ def available_backends(torch) -> dict[str, str]:
     """{impl: reason it is unavailable or ''}."""
     out = {}
     try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: F401
+        from torch.nn.attention import SDPBackend
     except Exception as e:  # noqa: BLE001
         return {impl: f"torch.nn.attention missing ({e})" for impl in BACKENDS}
     for impl, name in BACKENDS.items():
