@@ -38,10 +38,12 @@ class DeepSeekModel final : public Model {
     const int64_t pages = cache.num_slots / s.page_size;
     target_ = std::make_unique<Worker_>(s.layers, cache.num_slots, pages, s.page_size, s.device);
     target_->backend = std::make_unique<SparseBackend>(config(*target_));
+    capture_graphs(s, *target_->backend, Worker::target, static_cast<SparseMultiStepBackend*>(nullptr));
     if (s.spec) {
       draft_ = std::make_unique<Worker_>(1, cache.num_slots, pages, s.page_size, s.device);
       draft_->backend = std::make_unique<SparseBackend>(config(*draft_));
       draft_steps_ = std::make_unique<SparseMultiStepBackend>(config(*draft_));
+      capture_graphs(s, *draft_->backend, Worker::draft, draft_steps_.get());
     }
   }
 
@@ -57,20 +59,14 @@ class DeepSeekModel final : public Model {
 
   void forward(Worker w, const Step& step, bool check) override {
     attnserve::SparseBackend& b = *(w == Worker::target ? target_ : draft_)->backend;
-    {
-      PhaseTimer t(stats_, Phase::plan, s_.device);
-      b.init_forward_metadata(step.batch(cache_.req_to_token));
-    }
-    run_layers(w, b, step, step.rows, check);
+    const PassShape shape = plan_pass(b, step, int64_t(step.rows.size()), s_, cache_.req_to_token, stats_);
+    run_layers(w, b, step, step.rows, shape, check);
   }
 
   void draft_decode(const Step& step, bool check) override {
-    {
-      PhaseTimer t(stats_, Phase::plan, s_.device);
-      draft_steps_->init_forward_metadata(step.batch(cache_.req_to_token));
-    }
+    const PassShape shape = plan_pass(*draft_steps_, step, step.batch_size(), s_, cache_.req_to_token, stats_);
     for (int i = 0; i < draft_steps_->num_backends(); ++i)
-      run_layers(Worker::draft, draft_steps_->step(i), step, step.draft_rows(i), check);
+      run_layers(Worker::draft, draft_steps_->step(i), step, step.draft_rows(i), shape, check);
   }
 
  private:
@@ -108,23 +104,25 @@ class DeepSeekModel final : public Model {
   // DeepSeek's indexer weight scale: n_heads^-0.5 * head_dim^-0.5 (the q scale is folded in per row).
   double weight_factor() const { return 1.0 / std::sqrt(double(s_.index_heads) * kIndexDim); }
 
+  // Every layer of a worker over the pass's query rows (`rows` live, then padding up to shape.rows:
+  // zero activations stored into slot 0, the padding page).
   void run_layers(Worker w, attnserve::SparseBackend& b, const Step& step, const std::vector<QueryRow>& rows,
-                  bool check) {
+                  const PassShape& shape, bool check) {
     using namespace attnserve;
-    const int64_t T = int64_t(rows.size()), H = s_.heads, HI = s_.index_heads;
-    stats_.count_pass(w, step.mode, T);
-    std::vector<int32_t> locs;
-    for (const QueryRow& r : rows) locs.push_back(r.slot);
+    const int64_t T = int64_t(rows.size()), TG = shape.rows, H = s_.heads, HI = s_.index_heads;
+    stats_.count_pass(w, step.mode, T, shape.graph);
+    std::vector<int32_t> locs(static_cast<std::size_t>(TG), 0);
+    for (int64_t i = 0; i < T; ++i) locs[std::size_t(i)] = rows[std::size_t(i)].slot;
     for (int layer = 0; layer < num_layers(w); ++layer) {
       TensorView q, latent, rope, iq, ik, loc, out;
       {
         PhaseTimer t(stats_, Phase::inputs, s_.device);
-        hq_.resize(std::size_t(T * H * kRow));
-        hlatent_.resize(std::size_t(T * kLatent));
-        hrope_.resize(std::size_t(T * kRope));
-        hiq_.resize(std::size_t(T * HI * kIndexDim));
-        hiw_.resize(std::size_t(T * HI));
-        hik_.resize(std::size_t(T * kIndexDim));
+        hq_.assign(std::size_t(TG * H * kRow), bf16_t{0});
+        hlatent_.assign(std::size_t(TG * kLatent), bf16_t{0});
+        hrope_.assign(std::size_t(TG * kRope), bf16_t{0});
+        hiq_.assign(std::size_t(TG * HI * kIndexDim), bf16_t{0});
+        hiw_.assign(std::size_t(TG * HI), 0.f);
+        hik_.assign(std::size_t(TG * kIndexDim), bf16_t{0});
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < T; ++i) {
           const QueryRow& r = rows[std::size_t(i)];
@@ -136,13 +134,13 @@ class DeepSeekModel final : public Model {
           fill_act(&hiw_[std::size_t(i * HI)], HI, key(Act::index_w));
           fill_act(&hik_[std::size_t(i * kIndexDim)], kIndexDim, key(Act::index_k));
         }
-        q = q_.upload(hq_, DType::bf16, {T, H, kRow});
-        latent = latent_.upload(hlatent_, DType::bf16, {T, kLatent});
-        rope = rope_.upload(hrope_, DType::bf16, {T, kRope});
-        iq = iq_.upload(hiq_, DType::bf16, {T, HI * kIndexDim});
-        ik = ik_.upload(hik_, DType::bf16, {T, kIndexDim});
-        loc = loc_.upload(locs, DType::i32, {T});
-        out = out_.view(DType::bf16, {T, H, kLatent});
+        q = q_.upload(hq_, DType::bf16, {TG, H, kRow});
+        latent = latent_.upload(hlatent_, DType::bf16, {TG, kLatent});
+        rope = rope_.upload(hrope_, DType::bf16, {TG, kRope});
+        iq = iq_.upload(hiq_, DType::bf16, {TG, HI * kIndexDim});
+        ik = ik_.upload(hik_, DType::bf16, {TG, kIndexDim});
+        loc = loc_.upload(locs, DType::i32, {TG});
+        out = out_.view(DType::bf16, {TG, H, kLatent});
       }
       const TensorView index_cache = worker(w).index_keys.cache(layer);
       {
@@ -172,7 +170,7 @@ class DeepSeekModel final : public Model {
   attnserve::TensorView indexer_topk(attnserve::SparseBackend& b, const Step& step, const std::vector<QueryRow>& rows,
                                      const attnserve::TensorView& iq, const attnserve::TensorView& index_cache) {
     using namespace attnserve;
-    const int64_t T = int64_t(rows.size()), HI = s_.index_heads;
+    const int64_t T = iq.shape[0], HI = s_.index_heads;  // the pass's rows: `rows`, then padding
     // q in fp8 per head (128 values), its scale folded into the weights (on the host: one small copy).
     const TensorView iq8 = iq8_.view(DType::fp8_e4m3, {T, HI * kIndexDim});
     const TensorView scales = iscale_.view(DType::f32, {T, HI});
@@ -198,8 +196,8 @@ class DeepSeekModel final : public Model {
     std::vector<int64_t> base(step.reqs.size() + 1, 0);
     for (std::size_t k = 0; k < step.reqs.size(); ++k) base[k + 1] = base[k] + step.seq_lens[k];
     const int64_t K = base.back(), P = s_.page_size;
-    const TensorView gk = gk_.view(DType::fp8_e4m3, {K, kIndexDim});
-    const TensorView gks = gks_.view(DType::f32, {K});
+    const TensorView gk = gk_.view(DType::fp8_e4m3, {std::max<int64_t>(K, 1), kIndexDim});
+    const TensorView gks = gks_.view(DType::f32, {std::max<int64_t>(K, 1)});
     for (std::size_t k = 0; k < step.reqs.size(); ++k) {
       const StepRequest& req = step.reqs[k];
       for (int64_t first = 0; first < step.seq_lens[k]; first += P) {
@@ -213,10 +211,10 @@ class DeepSeekModel final : public Model {
                    src.slice(0, P * kIndexDim, P * kIndexDim + n * 4));
       }
     }
-    std::vector<int32_t> ks, ke;
-    for (const QueryRow& r : rows) {
-      ks.push_back(int32_t(base[std::size_t(r.req)]));
-      ke.push_back(int32_t(base[std::size_t(r.req)] + r.pos + 1));
+    std::vector<int32_t> ks(static_cast<std::size_t>(T), 0), ke(static_cast<std::size_t>(T), 0);  // padding: no key
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      ks[i] = int32_t(base[std::size_t(rows[i].req)]);
+      ke[i] = int32_t(base[std::size_t(rows[i].req)] + rows[i].pos + 1);
     }
     const TensorView ks_v = ks_.upload(ks, DType::i32, {T}), ke_v = ke_.upload(ke, DType::i32, {T});
     const TensorView logits = logits_.view(DType::f32, {T, K});
@@ -231,7 +229,7 @@ class DeepSeekModel final : public Model {
   void check(Worker w, int layer, const Step& step, const std::vector<QueryRow>& rows,
              const std::vector<attnserve::bf16_t>& out, const std::vector<int32_t>& topk) {
     const int H = s_.heads, HI = s_.index_heads, K = s_.topk;
-    const std::vector<int> picked = rows_to_check(rows, 5, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
+    const std::vector<int> picked = rows_to_check(rows, s_.check_rows, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
     std::vector<RowCheck> results(picked.size());
 #pragma omp parallel for schedule(dynamic)
     for (std::size_t k = 0; k < picked.size(); ++k) {

@@ -26,11 +26,13 @@ class DenseModel final : public Model {
     target_pool_ = std::make_unique<MhaKvPool>(s.layers, cache.num_slots, s.kv_heads, s.head_dim, s.head_dim,
                                                DType::bf16, s.device);
     target_ = std::make_unique<DenseBackend>(config(*target_pool_));
+    capture_graphs(s, *target_, Worker::target, static_cast<DenseMultiStepBackend*>(nullptr));
     if (s.spec) {
       draft_pool_ = std::make_unique<MhaKvPool>(1, cache.num_slots, s.kv_heads, s.head_dim, s.head_dim, DType::bf16,
                                                 s.device);
       draft_ = std::make_unique<DenseBackend>(config(*draft_pool_));
       draft_steps_ = std::make_unique<DenseMultiStepBackend>(config(*draft_pool_));
+      capture_graphs(s, *draft_, Worker::draft, draft_steps_.get());
     }
   }
 
@@ -46,20 +48,14 @@ class DenseModel final : public Model {
 
   void forward(Worker w, const Step& step, bool check) override {
     attnserve::DenseBackend& b = w == Worker::target ? *target_ : *draft_;
-    {
-      PhaseTimer t(stats_, Phase::plan, s_.device);
-      b.init_forward_metadata(step.batch(cache_.req_to_token));
-    }
-    run_layers(w, b, step, step.rows, check);
+    const PassShape shape = plan_pass(b, step, int64_t(step.rows.size()), s_, cache_.req_to_token, stats_);
+    run_layers(w, b, step, step.rows, shape, check);
   }
 
   void draft_decode(const Step& step, bool check) override {
-    {
-      PhaseTimer t(stats_, Phase::plan, s_.device);
-      draft_steps_->init_forward_metadata(step.batch(cache_.req_to_token));
-    }
+    const PassShape shape = plan_pass(*draft_steps_, step, step.batch_size(), s_, cache_.req_to_token, stats_);
     for (int i = 0; i < draft_steps_->num_backends(); ++i)
-      run_layers(Worker::draft, draft_steps_->step(i), step, step.draft_rows(i), check);
+      run_layers(Worker::draft, draft_steps_->step(i), step, step.draft_rows(i), shape, check);
   }
 
  private:
@@ -84,19 +80,20 @@ class DenseModel final : public Model {
   int num_layers(Worker w) const { return w == Worker::target ? s_.layers : 1; }
   bool is_local(Worker w, int layer) const { return w == Worker::target && s_.local_chunk > 0 && layer % 2 == 1; }
 
-  void run_layers(Worker w, attnserve::DenseBackend& b, const Step& step, const std::vector<QueryRow>& rows, bool check) {
+  // Every layer of a worker over the pass's query rows (`rows` live, then padding up to shape.rows:
+  // zero activations stored into slot 0, the padding page).
+  void run_layers(Worker w, attnserve::DenseBackend& b, const Step& step, const std::vector<QueryRow>& rows,
+                  const PassShape& shape, bool check) {
     using namespace attnserve;
-    const int64_t T = int64_t(rows.size()), hq = s_.heads, hkv = s_.kv_heads, d = s_.head_dim;
-    stats_.count_pass(w, step.mode, T);
-    std::vector<int32_t> locs;
-    for (const QueryRow& r : rows) locs.push_back(r.slot);
+    const int64_t T = int64_t(rows.size()), TG = shape.rows, hq = s_.heads, hkv = s_.kv_heads, d = s_.head_dim;
+    stats_.count_pass(w, step.mode, T, shape.graph);
+    std::vector<int32_t> locs(static_cast<std::size_t>(TG), 0);
+    for (int64_t i = 0; i < T; ++i) locs[std::size_t(i)] = rows[std::size_t(i)].slot;
     for (int layer = 0; layer < num_layers(w); ++layer) {
       TensorView q, k, v, out, loc;
       {
         PhaseTimer t(stats_, Phase::inputs, s_.device);
-        hq_.resize(std::size_t(T * hq * d));
-        hk_.resize(std::size_t(T * hkv * d));
-        hv_.resize(hk_.size());
+        for (auto* h : {&hq_, &hk_, &hv_}) h->assign(std::size_t(TG * (h == &hq_ ? hq : hkv) * d), bf16_t{0});
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < T; ++i) {
           const QueryRow& r = rows[std::size_t(i)];
@@ -104,11 +101,11 @@ class DenseModel final : public Model {
           fill_act(&hk_[std::size_t(i * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::k, r.token, r.pos));
           fill_act(&hv_[std::size_t(i * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::v, r.token, r.pos));
         }
-        q = q_.upload(hq_, DType::bf16, {T, hq, d});
-        k = k_.upload(hk_, DType::bf16, {T, hkv, d});
-        v = v_.upload(hv_, DType::bf16, {T, hkv, d});
-        loc = loc_.upload(locs, DType::i32, {T});
-        out = out_.view(DType::bf16, {T, hq, d});
+        q = q_.upload(hq_, DType::bf16, {TG, hq, d});
+        k = k_.upload(hk_, DType::bf16, {TG, hkv, d});
+        v = v_.upload(hv_, DType::bf16, {TG, hkv, d});
+        loc = loc_.upload(locs, DType::i32, {TG});
+        out = out_.view(DType::bf16, {TG, hq, d});
       }
       {
         PhaseTimer t(stats_, Phase::attention, s_.device);
@@ -127,7 +124,7 @@ class DenseModel final : public Model {
   void check(Worker w, int layer, const Step& step, const std::vector<QueryRow>& rows,
              const std::vector<attnserve::bf16_t>& out) {
     const int hq = s_.heads, hkv = s_.kv_heads, d = s_.head_dim;
-    const std::vector<int> picked = rows_to_check(rows, 6, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
+    const std::vector<int> picked = rows_to_check(rows, s_.check_rows, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
     std::vector<RowCheck> results(picked.size());
 #pragma omp parallel for schedule(dynamic)
     for (std::size_t k = 0; k < picked.size(); ++k) {

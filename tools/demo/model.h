@@ -40,6 +40,65 @@ inline attnserve::PlanCapacity capacity_of(const Settings& s, const CacheShape& 
           .max_context_len = c.max_context};
 }
 
+// ---- CUDA-graph batches: the engine captures graphs for batch sizes 1, 2, 4, 8, 16, 24, 32, ... up to
+// its graph max batch size; a decode-like batch (decode, draft decode, target verify, draft extend) of
+// bs requests runs on the smallest captured size >= bs, padded. Here the capture writes the backend's
+// padding metadata, each step replays the batch into it, and the kernels then launch on the padded
+// rows (no stream capture: the same work a graph launch replays).
+inline std::vector<int> graph_batch_sizes(int graph_max_bs) {
+  std::vector<int> sizes;
+  for (int bs = 1; bs < graph_max_bs; bs = bs < 16 ? bs * 2 : bs + 8) sizes.push_back(bs);
+  if (graph_max_bs > 0) sizes.push_back(graph_max_bs);
+  return sizes;
+}
+inline bool graph_mode(attnserve::ForwardMode m) { return attnserve::is_graph_capturable(m); }
+inline int graph_rows_per_request(attnserve::ForwardMode m, int draft_tokens) {
+  return m == attnserve::ForwardMode::target_verify || m == attnserve::ForwardMode::draft_extend ? draft_tokens : 1;
+}
+// The captured batch size a step runs on (0: eager).
+inline int graph_bs_for(const Settings& s, const Step& step) {
+  if (!graph_mode(step.mode)) return 0;
+  for (int g : graph_batch_sizes(s.graph_max_bs))
+    if (g >= step.batch_size()) return g;
+  return 0;
+}
+
+// Plans a pass: the replay of the captured graph metadata when the batch fits one, else an eager
+// plan. Returns the query rows the kernels run on (the graph's, padding included).
+struct PassShape {
+  int64_t rows = 0;  // query rows the kernels run on (live rows first, then padding)
+  bool graph = false;
+};
+template <class Backend>
+PassShape plan_pass(Backend& b, const Step& step, int64_t live_rows, const Settings& s,
+                    const attnserve::TensorView& r2t, RunStats& stats) {
+  PhaseTimer t(stats, Phase::plan, s.device);
+  const int g = graph_bs_for(s, step);
+  if (g == 0) {
+    b.init_forward_metadata(step.batch(r2t));
+    return {live_rows, false};
+  }
+  b.init_forward_metadata_replay_cuda_graph(g, step.batch(r2t));
+  return {int64_t(g) * graph_rows_per_request(step.mode, s.draft_tokens), true};
+}
+
+// Captures every graph the worker's backends run: target decode and verify; draft decode, draft
+// extend and the multi-step draft decode.
+template <class Backend, class MultiStep>
+void capture_graphs(const Settings& s, Backend& b, Worker w, MultiStep* steps) {
+  if (s.graph_max_bs == 0) return;
+  using attnserve::ForwardMode;
+  const int D = std::max(1, s.draft_tokens);
+  b.init_cuda_graph_state(s.graph_max_bs, s.graph_max_bs * D);
+  if (steps) steps->init_cuda_graph_state(s.graph_max_bs, s.graph_max_bs);
+  for (int bs : graph_batch_sizes(s.graph_max_bs)) {
+    b.init_forward_metadata_capture_cuda_graph(bs, bs, ForwardMode::decode);
+    if (s.spec && w == Worker::target) b.init_forward_metadata_capture_cuda_graph(bs, bs * D, ForwardMode::target_verify);
+    if (s.spec && w == Worker::draft) b.init_forward_metadata_capture_cuda_graph(bs, bs * D, ForwardMode::draft_extend);
+    if (steps) steps->init_forward_metadata_capture_cuda_graph(bs);
+  }
+}
+
 // The rows a check recomputes: the last row of up to max_rows - 1 requests (spread over the batch),
 // and one more row at random (an earlier row of a prefill chunk, say).
 inline std::vector<int> rows_to_check(const std::vector<QueryRow>& rows, int max_rows, uint64_t salt) {

@@ -21,7 +21,7 @@ struct Options {
   std::optional<attnserve::DeviceType> device;  // unset: CUDA if a GPU is present, else the CPU
   std::optional<int> requests, min_prompt, max_prompt, max_output, layers, heads, index_heads, topk;
   std::optional<int> max_bs, prefill_budget, kv_tokens, local_chunk, check_every, progress_every;
-  std::optional<int> spec_steps, draft_tokens, spec_max_bs;
+  std::optional<int> spec_steps, draft_tokens, spec_max_bs, graph_max_bs;
   bool spec = true;
   uint64_t seed = 1;
   bool quiet = false;
@@ -47,9 +47,11 @@ struct Settings {
   int max_bs = 0, prefill_budget = 0, kv_tokens = 0;
   bool spec = true;
   int spec_steps = 0, draft_tokens = 0, spec_max_bs = 0;
+  int graph_max_bs = 0;    // decode-like batches up to this size replay captured metadata (0: none)
   // Demo.
   uint64_t seed = 1;
   int check_every = 0, progress_every = 0;
+  int check_rows = 0;      // rows the oracle recomputes per checked pass and layer
   bool quiet = false;
 
   int max_context() const { return max_prompt + max_output + draft_tokens; }
@@ -81,6 +83,9 @@ inline const char* kUsage =
     "  --spec on|off                 EAGLE speculative decoding (default on)\n"
     "  --steps N --draft-tokens N    EAGLE num_steps and draft tokens (default 3 and steps + 1)\n"
     "  --spec-max-bs N               decode batches larger than this decode plainly (default max-bs / 2)\n"
+    "  --graph-max-bs N              decode-like batches up to N run on captured CUDA-graph metadata,\n"
+    "                                replayed each step (padded batch sizes); larger ones plan eagerly.\n"
+    "                                Default 3/4 of max-bs; 0 = always eager\n"
     "  --seed N                      workload and activations (default 1)\n"
     "  --check-every N               check every Nth forward pass (and the first of each mode)\n"
     "  --progress-every N            a progress line every N scheduler steps\n"
@@ -146,6 +151,7 @@ inline Options parse_options(int argc, char** argv) {
     else if (a == "--steps") integer(o.spec_steps);
     else if (a == "--draft-tokens") integer(o.draft_tokens);
     else if (a == "--spec-max-bs") integer(o.spec_max_bs);
+    else if (a == "--graph-max-bs") integer(o.graph_max_bs);
     else if (a == "--check-every") integer(o.check_every);
     else if (a == "--progress-every") integer(o.progress_every);
     else throw std::invalid_argument("unknown option '" + a + "' (see --help)");
@@ -179,26 +185,28 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
     s.page_size = 16;
     s.local_chunk = o.local_chunk.value_or(gpu ? 1024 : 64);
     s.max_bs = o.max_bs.value_or(gpu ? 48 : 8);
-    s.prefill_budget = o.prefill_budget.value_or(gpu ? 8192 : 160);
+    s.prefill_budget = o.prefill_budget.value_or(gpu ? 8192 : 128);
   } else {
     s.requests = o.requests.value_or(gpu ? 48 : 8);
     s.min_prompt = o.min_prompt.value_or(gpu ? 256 : 8);
-    s.max_prompt = o.max_prompt.value_or(gpu ? 6144 : 320);
+    s.max_prompt = o.max_prompt.value_or(gpu ? 6144 : 512);
     s.max_output = o.max_output.value_or(gpu ? 128 : 24);
     s.layers = o.layers.value_or(gpu ? 2 : 2);
     s.heads = o.heads.value_or(gpu ? 128 : 16);
     s.index_heads = o.index_heads.value_or(64);
-    s.topk = o.topk.value_or(gpu ? 2048 : 128);
+    s.topk = o.topk.value_or(gpu ? 2048 : 256);
     s.page_size = 64;
     s.max_bs = o.max_bs.value_or(gpu ? 32 : 6);
-    s.prefill_budget = o.prefill_budget.value_or(gpu ? 4096 : 192);
+    s.prefill_budget = o.prefill_budget.value_or(gpu ? 4096 : 256);
   }
-  s.arrival_gap = gpu ? 2 : 3;
+  s.arrival_gap = gpu ? 2 : 1;
   s.spec_steps = o.spec_steps.value_or(3);
   s.draft_tokens = s.spec ? o.draft_tokens.value_or(s.spec_steps + 1) : 0;
   s.spec_max_bs = o.spec_max_bs.value_or(std::max(1, s.max_bs / 2));
+  s.graph_max_bs = o.graph_max_bs.value_or(std::max(1, s.max_bs * 3 / 4));
   s.check_every = o.check_every.value_or(gpu ? 16 : 6);
-  s.progress_every = o.progress_every.value_or(gpu ? 25 : 10);
+  s.progress_every = o.progress_every.value_or(gpu ? 25 : 5);
+  s.check_rows = gpu ? 3 : 6;
   // The pool holds about half of what the admitted requests could need at most: requests queue.
   const int per_request = s.max_prompt + s.max_output + s.draft_tokens + s.page_size;
   s.kv_tokens = o.kv_tokens.value_or(std::max(per_request * std::max(1, s.max_bs / 2), 2 * per_request));
@@ -209,6 +217,7 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
   require(s.layers >= 1, "--layers must be >= 1");
   require(s.max_bs >= 1, "--max-bs must be >= 1");
   require(s.prefill_budget >= 1, "--prefill-budget must be >= 1");
+  require(s.graph_max_bs <= s.max_bs, "--graph-max-bs must be <= max-bs");
   require(s.kv_tokens >= per_request, "--kv-tokens " + std::to_string(s.kv_tokens) +
                                           " cannot hold one request of max-prompt + max-output + draft tokens (" +
                                           std::to_string(per_request) + " with a page of slack)");

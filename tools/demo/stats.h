@@ -41,12 +41,14 @@ struct RunStats {
   // Forward passes per (worker, mode); draft decode counts one per draft step with attention.
   std::array<std::array<int64_t, kNumModes>, 2> passes{};
   std::array<std::array<int64_t, kNumModes>, 2> rows{};  // query rows
+  std::array<std::array<int64_t, kNumModes>, 2> graph_passes{};  // of the passes: on captured graph metadata
   OracleStats oracle;
   double wall = 0;
 
-  void count_pass(Worker w, attnserve::ForwardMode m, int64_t query_rows) {
+  void count_pass(Worker w, attnserve::ForwardMode m, int64_t query_rows, bool graph) {
     ++passes[std::size_t(w)][std::size_t(m)];
     rows[std::size_t(w)][std::size_t(m)] += query_rows;
+    graph_passes[std::size_t(w)][std::size_t(m)] += graph;
   }
 };
 

@@ -89,6 +89,12 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
           return num(passes(r, Worker::draft, M::extend)) + " / " + num(passes(r, Worker::draft, M::decode)) + " / " +
                  num(passes(r, Worker::draft, M::draft_decode)) + " / " + num(passes(r, Worker::draft, M::draft_extend));
         }));
+  t.row("  of which on captured graph metadata", each([&](const TraceResult& r) {
+          int64_t g = 0;
+          for (const auto& w : r.stats.graph_passes)
+            for (int64_t v : w) g += v;
+          return num(g) + " (graph batch sizes <= " + num(r.settings.graph_max_bs) + ")";
+        }));
   t.row("  peak batch (requests running)", each([](const TraceResult& r) {
           return num(r.peak_running) + " of " + num(r.settings.max_bs);
         }));
