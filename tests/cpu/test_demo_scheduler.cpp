@@ -56,7 +56,9 @@ void expect_valid_step(const Step& s, const SchedulerConfig& c, const ReqToToken
     switch (s.mode) {
       case ForwardMode::extend: case ForwardMode::draft_extend:
         first = s.seq_lens[std::size_t(r)] - s.extend_seq_lens[std::size_t(r)], n = s.extend_seq_lens[std::size_t(r)];
-        if (s.mode == ForwardMode::draft_extend) EXPECT_LE(n, c.draft_tokens);
+        if (s.mode == ForwardMode::draft_extend) {
+          EXPECT_LE(n, c.draft_tokens);
+        }
         break;
       case ForwardMode::decode: first = s.seq_lens[std::size_t(r)] - 1, n = 1; break;
       case ForwardMode::target_verify: first = s.seq_lens[std::size_t(r)], n = per_request_rows; break;
@@ -77,7 +79,9 @@ void expect_valid_step(const Step& s, const SchedulerConfig& c, const ReqToToken
       EXPECT_EQ(s.rows[row].token, q.ids[std::size_t(p)]);
     }
   }
-  if (s.mode != ForwardMode::draft_decode) EXPECT_EQ(row, s.rows.size());
+  if (s.mode != ForwardMode::draft_decode) {
+    EXPECT_EQ(row, s.rows.size());
+  }
 }
 
 void run_case(const Case& c, uint64_t seed) {

@@ -94,7 +94,7 @@ class DenseModel final : public Model {
       {
         PhaseTimer t(stats_, Phase::inputs, s_.device);
         for (auto* h : {&hq_, &hk_, &hv_}) h->assign(std::size_t(TG * (h == &hq_ ? hq : hkv) * d), bf16_t{0});
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * (hq + 2 * hkv) * d >= kParallelWork)
         for (int64_t i = 0; i < T; ++i) {
           const QueryRow& r = rows[std::size_t(i)];
           fill_act(&hq_[std::size_t(i * hq * d)], hq * d, act_key(s_.seed, w, layer, Act::q, r.token, r.pos));
@@ -123,33 +123,34 @@ class DenseModel final : public Model {
   // 0 .. pos, from the start of its chunk on a local layer), regenerated from the token ids.
   void check(Worker w, int layer, const Step& step, const std::vector<QueryRow>& rows,
              const std::vector<attnserve::bf16_t>& out) {
-    const int hq = s_.heads, hkv = s_.kv_heads, d = s_.head_dim;
     const std::vector<int> picked = rows_to_check(rows, s_.check_rows, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
-    std::vector<RowCheck> results(picked.size());
-#pragma omp parallel for schedule(dynamic)
-    for (std::size_t k = 0; k < picked.size(); ++k) {
-      const QueryRow& row = rows[std::size_t(picked[k])];
-      const StepRequest& req = step.reqs[std::size_t(row.req)];
-      const int first = is_local(w, layer) ? row.pos / s_.local_chunk * s_.local_chunk : 0;
-      const int64_t n = row.pos - first + 1;
-      std::vector<float> q(std::size_t(hq) * d), kk(std::size_t(n * hkv * d)), vv(kk.size());
-      fill_act_bf16_rounded(q.data(), hq * d, act_key(s_.seed, w, layer, Act::q, row.token, row.pos));
-      for (int64_t j = 0; j < n; ++j) {
-        const int p = first + int(j);
-        const uint64_t token = req.ids[std::size_t(p)];
-        fill_act_bf16_rounded(&kk[std::size_t(j * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::k, token, p));
-        fill_act_bf16_rounded(&vv[std::size_t(j * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::v, token, p));
-      }
-      const std::vector<double> ref = gqa_reference(q.data(), kk, vv, n, hq, hkv, d, scale_);
-      std::vector<double> got(ref.size());
-      for (std::size_t c = 0; c < got.size(); ++c)
-        got[c] = attnserve::to_float(out[std::size_t(picked[k]) * got.size() + c]);
-      RowCheck& r = results[k];
-      r.err = rel_l2(got, ref);
-      r.ok = r.err <= kBf16Tolerance;
-      if (!r.ok) r.problem = "rel. L2 error " + std::to_string(r.err) + " > " + std::to_string(kBf16Tolerance);
-    }
+    std::vector<RowCheck> results;
+    for (int i : picked) results.push_back(check_row(w, layer, step, rows[std::size_t(i)], out, i));
     record_checks(stats_, "dense", w, layer, step, rows, picked, results);
+  }
+  RowCheck check_row(Worker w, int layer, const Step& step, const QueryRow& row,
+                     const std::vector<attnserve::bf16_t>& out, int i) const {
+    const int hq = s_.heads, hkv = s_.kv_heads, d = s_.head_dim;
+    const StepRequest& req = step.reqs[std::size_t(row.req)];
+    const int first = is_local(w, layer) ? row.pos / s_.local_chunk * s_.local_chunk : 0;
+    const int64_t n = row.pos - first + 1;
+    std::vector<float> q(std::size_t(hq) * d), kk(std::size_t(n * hkv * d)), vv(kk.size());
+    fill_act_bf16_rounded(q.data(), hq * d, act_key(s_.seed, w, layer, Act::q, row.token, row.pos));
+#pragma omp parallel for schedule(static) if (n * hkv * d >= kParallelWork)
+    for (int64_t j = 0; j < n; ++j) {
+      const int p = first + int(j);
+      const uint64_t token = req.ids[std::size_t(p)];
+      fill_act_bf16_rounded(&kk[std::size_t(j * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::k, token, p));
+      fill_act_bf16_rounded(&vv[std::size_t(j * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::v, token, p));
+    }
+    const std::vector<double> ref = gqa_reference(q.data(), kk, vv, n, hq, hkv, d, scale_);
+    std::vector<double> got(ref.size());
+    for (std::size_t c = 0; c < got.size(); ++c) got[c] = attnserve::to_float(out[std::size_t(i) * got.size() + c]);
+    RowCheck r;
+    r.err = rel_l2(got, ref);
+    r.ok = r.err <= kBf16Tolerance;
+    if (!r.ok) r.problem = "rel. L2 error " + std::to_string(r.err) + " > " + std::to_string(kBf16Tolerance);
+    return r;
   }
 
   Settings s_;

@@ -82,10 +82,10 @@ inline const char* kUsage =
     "  --kv-tokens N                 KV pool size in tokens\n"
     "  --spec on|off                 EAGLE speculative decoding (default on)\n"
     "  --steps N --draft-tokens N    EAGLE num_steps and draft tokens (default 3 and steps + 1)\n"
-    "  --spec-max-bs N               decode batches larger than this decode plainly (default max-bs / 2)\n"
+    "  --spec-max-bs N               decode batches larger than this decode plainly (default 3/4 of max-bs)\n"
     "  --graph-max-bs N              decode-like batches up to N run on captured CUDA-graph metadata,\n"
     "                                replayed each step (padded batch sizes); larger ones plan eagerly.\n"
-    "                                Default 3/4 of max-bs; 0 = always eager\n"
+    "                                Default max-bs / 2; 0 = always eager\n"
     "  --seed N                      workload and activations (default 1)\n"
     "  --check-every N               check every Nth forward pass (and the first of each mode)\n"
     "  --progress-every N            a progress line every N scheduler steps\n"
@@ -174,7 +174,7 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
   s.spec = o.spec;
   // Workload: on the CPU a trace that finishes in seconds; on a GPU a few hundred steps of real sizes.
   if (dense) {
-    s.requests = o.requests.value_or(gpu ? 96 : 12);
+    s.requests = o.requests.value_or(gpu ? 96 : 16);
     s.min_prompt = o.min_prompt.value_or(gpu ? 64 : 8);
     s.max_prompt = o.max_prompt.value_or(gpu ? 4096 : 224);
     s.max_output = o.max_output.value_or(gpu ? 256 : 32);
@@ -187,9 +187,9 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
     s.max_bs = o.max_bs.value_or(gpu ? 48 : 8);
     s.prefill_budget = o.prefill_budget.value_or(gpu ? 8192 : 128);
   } else {
-    s.requests = o.requests.value_or(gpu ? 48 : 8);
+    s.requests = o.requests.value_or(gpu ? 32 : 10);
     s.min_prompt = o.min_prompt.value_or(gpu ? 256 : 8);
-    s.max_prompt = o.max_prompt.value_or(gpu ? 6144 : 512);
+    s.max_prompt = o.max_prompt.value_or(gpu ? 4096 : 512);
     s.max_output = o.max_output.value_or(gpu ? 128 : 24);
     s.layers = o.layers.value_or(gpu ? 2 : 2);
     s.heads = o.heads.value_or(gpu ? 128 : 16);
@@ -202,9 +202,9 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
   s.arrival_gap = gpu ? 2 : 1;
   s.spec_steps = o.spec_steps.value_or(3);
   s.draft_tokens = s.spec ? o.draft_tokens.value_or(s.spec_steps + 1) : 0;
-  s.spec_max_bs = o.spec_max_bs.value_or(std::max(1, s.max_bs / 2));
-  s.graph_max_bs = o.graph_max_bs.value_or(std::max(1, s.max_bs * 3 / 4));
-  s.check_every = o.check_every.value_or(gpu ? 16 : 6);
+  s.spec_max_bs = o.spec_max_bs.value_or(std::max(1, s.max_bs * 3 / 4));
+  s.graph_max_bs = o.graph_max_bs.value_or(std::max(1, s.max_bs / 2));
+  s.check_every = o.check_every.value_or(gpu ? 32 : 3);
   s.progress_every = o.progress_every.value_or(gpu ? 25 : 5);
   s.check_rows = gpu ? 3 : 6;
   // The pool holds about half of what the admitted requests could need at most: requests queue.

@@ -12,6 +12,10 @@
 
 namespace demo {
 
+// Host loops go parallel (OpenMP) only past this much work: a parallel region costs microseconds on
+// an idle machine, milliseconds on a loaded one.
+constexpr int64_t kParallelWork = int64_t(1) << 21;
+
 // The tolerance for a bf16 output against the fp64 reference: two units of bf16 rounding (the
 // rounding of the output itself, plus the kernels' narrow intermediate steps), as the GPU tests use.
 constexpr double kBf16Tolerance = 2.0 / 256;
@@ -46,9 +50,11 @@ void softmax_combine(const std::vector<double>& s, double scale, int d_v, ValueR
 // GQA attention of one row: q [h_q, d], keys [n, h_kv, d], values [n, h_kv, d] -> [h_q, d].
 inline std::vector<double> gqa_reference(const float* q, const std::vector<float>& k, const std::vector<float>& v,
                                          int64_t n, int h_q, int h_kv, int d, double scale) {
-  std::vector<double> out(std::size_t(h_q) * d), s(static_cast<std::size_t>(n));
+  std::vector<double> out(std::size_t(h_q) * d);
   const int group = h_q / h_kv;
+#pragma omp parallel for schedule(static) if (n * h_q * d >= kParallelWork)
   for (int h = 0; h < h_q; ++h) {
+    std::vector<double> s(static_cast<std::size_t>(n));
     const int kvh = h / group;
     for (int64_t j = 0; j < n; ++j) {
       const float* kj = &k[std::size_t((j * h_kv + kvh) * d)];
@@ -65,8 +71,10 @@ inline std::vector<double> gqa_reference(const float* q, const std::vector<float
 // Sparse MLA of one row over the selected keys: q [h, 576], latent rows [n, 576] -> [h, 512].
 inline std::vector<double> mla_reference(const float* q, const std::vector<float>& kv, int64_t n, int h, double scale) {
   constexpr int kRow = 576, kLatent = 512;
-  std::vector<double> out(std::size_t(h) * kLatent), s(static_cast<std::size_t>(n));
+  std::vector<double> out(std::size_t(h) * kLatent);
+#pragma omp parallel for schedule(static) if (n * h * kRow >= kParallelWork)
   for (int hh = 0; hh < h; ++hh) {
+    std::vector<double> s(static_cast<std::size_t>(n));
     for (int64_t j = 0; j < n; ++j) {
       double dot = 0;
       for (int c = 0; c < kRow; ++c) dot += double(q[hh * kRow + c]) * kv[std::size_t(j * kRow + c)];

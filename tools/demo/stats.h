@@ -15,7 +15,7 @@ namespace demo {
 enum class Phase { inputs, plan, index_store, indexer, attention, oracle, count };
 inline const char* to_string(Phase p) {
   switch (p) {
-    case Phase::inputs: return "activations";
+    case Phase::inputs: return "activations + upload";
     case Phase::plan: return "plan";
     case Phase::index_store: return "index-key store";
     case Phase::indexer: return "indexer + top-k";

@@ -71,7 +71,7 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
                  num(r.counters.prefix_chunks) + " with prefix)";
         }));
   t.row("  output tokens", each([](const TraceResult& r) { return num(r.counters.generated); }));
-  t.row("  EAGLE rounds / accepted per round", each([](const TraceResult& r) {
+  t.row("  EAGLE request-rounds / accepted per round", each([](const TraceResult& r) {
           if (!r.settings.spec) return std::string("off");
           const double per = r.counters.spec_rounds ? double(r.counters.accepted) / double(r.counters.spec_rounds) : 0;
           return num(r.counters.spec_rounds) + " / " + fmt("%.2f", per) + " of " + num(r.settings.draft_tokens);
@@ -83,6 +83,10 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
   t.row("  target: extend / decode / verify", each([&](const TraceResult& r) {
           return num(passes(r, Worker::target, M::extend)) + " / " + num(passes(r, Worker::target, M::decode)) + " / " +
                  num(passes(r, Worker::target, M::target_verify));
+        }));
+  t.row("  target query rows: extend / decode / verify", each([&](const TraceResult& r) {
+          auto rows = [&](M m) { return num(r.stats.rows[std::size_t(Worker::target)][std::size_t(m)]); };
+          return rows(M::extend) + " / " + rows(M::decode) + " / " + rows(M::target_verify);
         }));
   t.row("  draft: extend / decode / draft decode / draft extend", each([&](const TraceResult& r) {
           if (!r.settings.spec) return std::string("-");
