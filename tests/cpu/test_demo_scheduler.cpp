@@ -2,12 +2,14 @@
 // the planners accept, its query rows are the positions the mode defines, and the KV bookkeeping
 // holds after every step (page-consistent slots, table rows = slots, no page with two owners,
 // reservations in sync); at the end every request finished, every page and row is back, and the
-// token counts add up.
+// token counts add up. Also the graph batch sizes and the rows the oracle samples.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 
+#include "../../tools/demo/model.h"
 #include "../../tools/demo/scheduler.h"
 #include "attnserve/plan.h"
 #include "common/test_util.h"
@@ -159,4 +161,31 @@ TEST(DemoScheduler, RejectsARequestThePoolCannotHold) {
   c.prefill_budget = 64;
   const std::vector<RequestSpec> trace = {{.id = 0, .arrival = 0, .prompt_len = 60, .output_len = 10}};
   EXPECT_THROW(Scheduler(c, trace, Device::cpu()), std::invalid_argument);
+}
+
+TEST(DemoScheduler, GraphBatchSizesAndCheckedRows) {
+  EXPECT_EQ(graph_batch_sizes(36), (std::vector<int>{1, 2, 4, 8, 16, 24, 32, 36}));
+  EXPECT_EQ(graph_batch_sizes(4), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(graph_batch_sizes(1), (std::vector<int>{1}));
+  EXPECT_TRUE(graph_batch_sizes(0).empty());
+  Settings s;
+  s.graph_max_bs = 6;
+  Step step;
+  step.mode = ForwardMode::decode;
+  step.reqs.resize(5);
+  EXPECT_EQ(graph_bs_for(s, step), 6);  // sizes 1, 2, 4, 6: 5 requests run padded to 6
+  step.reqs.resize(7);
+  EXPECT_EQ(graph_bs_for(s, step), 0);  // larger than every graph: eager
+  step.mode = ForwardMode::extend;
+  step.reqs.resize(1);
+  EXPECT_EQ(graph_bs_for(s, step), 0);  // extend is never captured
+  // Three requests of 4, 1 and 3 rows: the last row of each, plus one more at random.
+  std::vector<QueryRow> rows;
+  const int lens[] = {4, 1, 3};
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < lens[r]; ++i) rows.push_back({.req = r, .pos = i});
+  const std::vector<int> picked = rows_to_check(rows, 4, 7);
+  for (int last : {3, 4, 7}) EXPECT_NE(std::find(picked.begin(), picked.end(), last), picked.end()) << last;
+  EXPECT_LE(picked.size(), 4u);
+  EXPECT_TRUE(std::is_sorted(picked.begin(), picked.end()));
 }
