@@ -90,7 +90,11 @@ inline const char* kUsage =
     "  --check-every N               check every Nth forward pass (and the first of each mode)\n"
     "  --progress-every N            a progress line every N scheduler steps\n"
     "  --quiet                       no progress lines\n"
-    "  --help\n";
+    "  --help\n"
+    "\n"
+    "Defaults depend on the device: a trace of seconds on the CPU (fewer DeepSeek heads, top-k 256 so that\n"
+    "contexts both fit and exceed it), real shapes and sizes on a GPU. Each model's header line prints them.\n"
+    "Exit status: 0 when every request finished and every check passed, 1 on a mismatch, 2 on an error.\n";
 
 inline int parse_int(const std::string& flag, const char* text) {
   try {

@@ -155,6 +155,7 @@ class Scheduler {
       take_arrivals();
     }
     admit();
+    if (running_.empty()) throw std::logic_error("scheduler: a waiting request could not be admitted into an empty pool");
     bool prefill = false;
     int decoding = 0;
     for (int i : running_) {
