@@ -31,15 +31,22 @@ class BenchConfig:
 
 
 class Workspace:
-    """A growable scratch buffer for ops that take one (split-KV); an op's 'workspace ... too small,
-    need N' error grows it to N bytes and the call is retried once."""
+    """A growable scratch buffer for ops that take one (split-KV), sized by the op's own
+    query_workspace=True answer; as a fallback, an op's 'workspace ... too small, need N' error grows it
+    to N bytes and the call is retried once."""
 
     def __init__(self, torch, device: str):
         self.torch = torch
         self.device = device
         self.buf = torch.empty(256, dtype=torch.uint8, device=device)
+        self.sized = False  # one query per workspace (one workspace per case): keeps timed calls lean
 
     def call(self, error_type, op, *args, **kwargs):
+        if not self.sized:
+            self.sized = True
+            need = self._query(op, *args, **kwargs)
+            if need is not None and need > self.buf.numel():
+                self.buf = self.torch.empty(need + 256, dtype=self.torch.uint8, device=self.device)
         try:
             return op(*args, workspace=self.buf, **kwargs)
         except error_type as e:
@@ -48,6 +55,14 @@ class Workspace:
                 raise
             self.buf = self.torch.empty(int(m.group(1)) + 256, dtype=self.torch.uint8, device=self.device)
             return op(*args, workspace=self.buf, **kwargs)
+
+    @staticmethod
+    def _query(op, *args, **kwargs):
+        """Bytes the op asks for (None where the binding has no query_workspace)."""
+        try:
+            return int(op(*args, query_workspace=True, **kwargs))
+        except TypeError:
+            return None
 
 
 class BenchContext:

@@ -49,7 +49,13 @@ def _wrap(fn):
 for _name in _OPS:
     globals()[_name] = _wrap(getattr(_attnserve, _name))
 
-__all__ = ["Error", "TopkTransform", "cuda_available", "built_with_cuda", "ReqToTokenPool", "SlotAllocator",
+
+def workspace_size(op, *args, **kwargs) -> int:
+    """Bytes of workspace `op` (paged_attention, mla_attention, sparse_mla, topk) needs for these
+    arguments on their device; allocate that once and pass it as workspace=."""
+    return op(*args, query_workspace=True, **kwargs)
+
+__all__ = ["workspace_size", "Error", "TopkTransform", "cuda_available", "built_with_cuda", "ReqToTokenPool", "SlotAllocator",
            "MhaKvPool", "MlaKvPool", "MlaCacheFormat", "IndexerKeyPool", "ForwardMode", "DensePlanner",
            "SparsePlanner", *_OPS]
 __all__ += ["DenseBackend", "SparseBackend", "DenseMultiStepBackend", "SparseMultiStepBackend", "ForwardBatch", "LayerSpec", "NSAIndexerMetadata"]

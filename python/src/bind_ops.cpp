@@ -1,5 +1,6 @@
 // Python bindings of the ops: thin, DLPack in, keyword arguments named as in the C++ Args structs.
 // Outputs are passed in (no hidden allocations); `stream` is a raw cudaStream_t (0 = default).
+// Ops that take a workspace accept query_workspace=True: validate, return the bytes needed, run nothing.
 #include "attnserve/ops.h"
 #include "convert.h"
 
@@ -29,7 +30,8 @@ void bind_ops(nb::module_& m) {
       [](nb::ndarray<> q, nb::ndarray<> k_cache, nb::ndarray<> v_cache, nb::ndarray<> page_table,
          nb::ndarray<> cache_seqlens, nb::ndarray<> cu_seqlens_q, nb::ndarray<> out, float softmax_scale,
          OptArray lse, OptArray k_descale, OptArray v_descale, int max_seqlen_q, bool causal, int window_left,
-         int window_right, float softcap, bool deterministic, OptArray workspace, uintptr_t stream) {
+         int window_right, float softcap, bool deterministic, OptArray workspace, uintptr_t stream,
+         bool query_workspace) -> nb::object {
         PagedAttentionArgs a{.q = to_view(q), .k_cache = fp8_if_u8(k_cache), .v_cache = fp8_if_u8(v_cache),
                              .page_table = to_view(page_table), .cache_seqlens = to_view(cache_seqlens),
                              .cu_seqlens_q = to_view(cu_seqlens_q), .out = to_view(out), .lse = to_view(lse),
@@ -37,13 +39,15 @@ void bind_ops(nb::module_& m) {
                              .max_seqlen_q = max_seqlen_q, .softmax_scale = softmax_scale, .causal = causal,
                              .window_left = window_left, .window_right = window_right, .softcap = softcap,
                              .deterministic = deterministic};
+        if (query_workspace) return nb::int_(paged_attention_workspace_size(a, query_device_caps(a.q.device)));
         paged_attention(a, to_workspace(workspace), to_stream(stream));
+        return nb::none();
       },
       arg("q"), arg("k_cache"), arg("v_cache"), arg("page_table"), arg("cache_seqlens"), arg("cu_seqlens_q"),
       arg("out"), nb::kw_only(), arg("softmax_scale"), arg("lse") = nb::none(), arg("k_descale") = nb::none(),
       arg("v_descale") = nb::none(), arg("max_seqlen_q") = 0, arg("causal") = true, arg("window_left") = -1,
       arg("window_right") = -1, arg("softcap") = 0.f, arg("deterministic") = false,
-      arg("workspace") = nb::none(), arg("stream") = 0,
+      arg("workspace") = nb::none(), arg("stream") = 0, arg("query_workspace") = false,
       "Paged attention with varlen queries (GQA/MQA, causal bottom-right, window, softcap, fp8 KV, LSE).");
 
   m.def(
@@ -51,19 +55,22 @@ void bind_ops(nb::module_& m) {
       [](nb::ndarray<> q_nope, nb::ndarray<> q_rope, nb::ndarray<> kv_cache, nb::ndarray<> page_table,
          nb::ndarray<> cache_seqlens, nb::ndarray<> cu_seqlens_q, nb::ndarray<> out, float softmax_scale,
          OptArray lse, int max_seqlen_q, bool causal, int window_left, int window_right, float softcap,
-         bool deterministic, OptArray workspace, uintptr_t stream) {
+         bool deterministic, OptArray workspace, uintptr_t stream, bool query_workspace) -> nb::object {
         MlaAttentionArgs a{.q_nope = to_view(q_nope), .q_rope = to_view(q_rope), .kv_cache = to_view(kv_cache),
                            .page_table = to_view(page_table), .cache_seqlens = to_view(cache_seqlens),
                            .cu_seqlens_q = to_view(cu_seqlens_q), .out = to_view(out), .lse = to_view(lse),
                            .max_seqlen_q = max_seqlen_q, .softmax_scale = softmax_scale, .causal = causal,
                            .window_left = window_left, .window_right = window_right, .softcap = softcap,
                            .deterministic = deterministic};
+        if (query_workspace) return nb::int_(mla_attention_workspace_size(a, query_device_caps(a.q_nope.device)));
         mla_attention(a, to_workspace(workspace), to_stream(stream));
+        return nb::none();
       },
       arg("q_nope"), arg("q_rope"), arg("kv_cache"), arg("page_table"), arg("cache_seqlens"), arg("cu_seqlens_q"),
       arg("out"), nb::kw_only(), arg("softmax_scale"), arg("lse") = nb::none(), arg("max_seqlen_q") = 0,
       arg("causal") = true, arg("window_left") = -1, arg("window_right") = -1, arg("softcap") = 0.f,
       arg("deterministic") = false, arg("workspace") = nb::none(), arg("stream") = 0,
+      arg("query_workspace") = false,
       "MLA attention, absorbed form (score = q_nope.c_kv + q_rope.k_rope, value = c_kv).");
 
   m.def(
@@ -91,15 +98,18 @@ void bind_ops(nb::module_& m) {
       "sparse_mla",
       [](nb::ndarray<> q, nb::ndarray<> kv, nb::ndarray<> indices, nb::ndarray<> out, float softmax_scale,
          OptArray topk_length, OptArray attn_sink, OptArray lse, OptArray max_logits, OptArray workspace,
-         uintptr_t stream) {
+         uintptr_t stream, bool query_workspace) -> nb::object {
         SparseMlaArgs a{.q = to_view(q), .kv = to_view(kv), .indices = to_view(indices), .out = to_view(out),
                         .topk_length = to_view(topk_length), .attn_sink = to_view(attn_sink), .lse = to_view(lse),
                         .max_logits = to_view(max_logits), .softmax_scale = softmax_scale};
+        if (query_workspace) return nb::int_(sparse_mla_workspace_size(a, query_device_caps(a.q.device)));
         sparse_mla(a, to_workspace(workspace), to_stream(stream));
+        return nb::none();
       },
       arg("q"), arg("kv"), arg("indices"), arg("out"), nb::kw_only(), arg("softmax_scale"),
       arg("topk_length") = nb::none(), arg("attn_sink") = nb::none(), arg("lse") = nb::none(),
       arg("max_logits") = nb::none(), arg("workspace") = nb::none(), arg("stream") = 0,
+      arg("query_workspace") = false,
       "Sparse MLA over top-k slots (bf16 cache [slots, 576] or FP8-656 cache [slots, 656] uint8).");
 
   m.def(
@@ -146,15 +156,18 @@ void bind_ops(nb::module_& m) {
       "topk",
       [](nb::ndarray<> scores, nb::ndarray<> lengths, nb::ndarray<> out, int k, OptArray row_starts,
          TopkTransform transform, OptArray page_table_1, OptArray cu_seqlens_q, OptArray offsets,
-         OptArray workspace, uintptr_t stream) {
-        topk({.scores = to_view(scores), .lengths = to_view(lengths), .out = to_view(out), .topk = k,
-              .row_starts = to_view(row_starts), .transform = transform, .page_table_1 = to_view(page_table_1),
-              .cu_seqlens_q = to_view(cu_seqlens_q), .offsets = to_view(offsets)},
-             to_workspace(workspace), to_stream(stream));
+         OptArray workspace, uintptr_t stream, bool query_workspace) -> nb::object {
+        TopkArgs a{.scores = to_view(scores), .lengths = to_view(lengths), .out = to_view(out), .topk = k,
+                   .row_starts = to_view(row_starts), .transform = transform, .page_table_1 = to_view(page_table_1),
+                   .cu_seqlens_q = to_view(cu_seqlens_q), .offsets = to_view(offsets)};
+        if (query_workspace) return nb::int_(topk_workspace_size(a, query_device_caps(a.scores.device)));
+        topk(a, to_workspace(workspace), to_stream(stream));
+        return nb::none();
       },
       arg("scores"), arg("lengths"), arg("out"), nb::kw_only(), arg("topk") = 2048, arg("row_starts") = nb::none(),
       arg("transform") = TopkTransform::none, arg("page_table_1") = nb::none(), arg("cu_seqlens_q") = nb::none(),
       arg("offsets") = nb::none(), arg("workspace") = nb::none(), arg("stream") = 0,
+      arg("query_workspace") = false,
       "Exact top-k per row, optionally emitting KV slots (decode / prefill / ragged transforms).");
 
   m.def(

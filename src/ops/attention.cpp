@@ -183,6 +183,7 @@ void validate(const MergeStatesArgs& a) {
 }  // namespace
 
 std::size_t paged_attention_workspace_size(const PagedAttentionArgs& a, const DeviceCaps& caps) {
+  validate(a);  // the same checks as the op: a size for arguments it would reject means nothing
   return a.q.device.is_cpu() ? 0 : cuda::paged_attention_workspace_size(a, caps);
 }
 
@@ -197,6 +198,7 @@ void paged_attention(const PagedAttentionArgs& a, Workspace ws, Stream stream) {
 }
 
 std::size_t mla_attention_workspace_size(const MlaAttentionArgs& a, const DeviceCaps& caps) {
+  validate(a);
   return a.q_nope.device.is_cpu() ? 0 : cuda::mla_attention_workspace_size(a, caps);
 }
 

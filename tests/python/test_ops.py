@@ -116,3 +116,15 @@ def test_fp8_quantization_roundtrip(rng):
     assert np.isfinite(s).all() and (s > 0).all()
     assert np.all(np.log2(s) == np.round(np.log2(s)))  # powers of two
     assert (q[1, :128] == 0).all()
+
+
+def test_workspace_size_query_runs_nothing(rng):
+    h, h_kv, d = 4, 2, 32
+    k_cache, v_cache, page_table = make_paged(rng, [5], 4, h_kv, d, num_pages=8)
+    q = rng.standard_normal((1, h, d)).astype(np.float32)
+    out = np.full((1, h, d), 7.0, np.float32)
+    args = (q, k_cache, v_cache, page_table, np.array([5], np.int32), np.array([0, 1], np.int32), out)
+    assert A.workspace_size(A.paged_attention, *args, softmax_scale=0.2, max_seqlen_q=1) == 0  # CPU: none
+    assert (out == 7.0).all()
+    with pytest.raises(A.Error):  # the query validates like the op
+        A.workspace_size(A.paged_attention, *args, softmax_scale=-1.0)
