@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD" -DATTNSERVE_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" >/dev/null
+cmake -S . -B "$BUILD" -DATTNSERVE_PYTHON=ON -DATTNSERVE_CUDA="${ATTNSERVE_CUDA:-AUTO}" \
+  -DPython_EXECUTABLE="$(command -v python3)" >/dev/null
 cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target _attnserve

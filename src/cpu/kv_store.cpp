@@ -14,6 +14,10 @@
 namespace attnserve::cpu {
 namespace {
 
+// Rows (or row x head items) below which a store runs on the calling thread: each item moves only a
+// few hundred bytes, so a small batch costs less than waking the thread pool.
+constexpr int64_t kSerialItems = 256;
+
 // Reads loc into int64 and checks every value is in [0, num_slots).
 std::vector<int64_t> checked_slots(const char* op, const TensorView& loc, int64_t num_slots) {
   const int64_t n = loc.size(0);
@@ -44,7 +48,7 @@ void set_kv_buffer(const StoreKvArgs& a) {
     const int64_t vo = offset_of(a.v, i, h, 0), vco = offset_of(a.v_cache, slot, h, 0);
     for (int64_t j = 0; j < dv; ++j)
       store_from_float(a.v_cache.data, a.v_cache.dtype, vco + j, load_as_float(a.v.data, a.v.dtype, vo + j) / v_scale);
-  });
+  }, kSerialItems);
 }
 
 void set_mla_kv_buffer(const StoreMlaArgs& a) {
@@ -60,7 +64,7 @@ void set_mla_kv_buffer(const StoreMlaArgs& a) {
     } else {
       encode_fp8_mla_token(row, row + 512, static_cast<uint8_t*>(a.cache.data) + off);
     }
-  });
+  }, kSerialItems);
 }
 
 void set_index_k(const StoreIndexKArgs& a) {
@@ -81,7 +85,7 @@ void set_index_k(const StoreIndexKArgs& a) {
     uint8_t* key = page + IndexerKeyLayout::key_offset(in_page, page_size);
     for (int j = 0; j < kDim; ++j) key[j] = to_fp8_e4m3(x[j] / scale).bits;
     std::memcpy(page + IndexerKeyLayout::scale_offset(in_page, page_size), &scale, 4);
-  });
+  }, kSerialItems);
 }
 
 }  // namespace attnserve::cpu
