@@ -2,6 +2,7 @@
 // and runs on the device its tensors live on (CPU oracle or CUDA). Ops never allocate or sync.
 #pragma once
 #include "attnserve/ops/attention.h"
+#include "attnserve/ops/index_k_gather.h"
 #include "attnserve/ops/indexer.h"
 #include "attnserve/ops/kv_store.h"
 #include "attnserve/ops/sparse_mla.h"

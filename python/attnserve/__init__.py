@@ -30,7 +30,7 @@ from .backend import DenseBackend, DenseMultiStepBackend, ForwardBatch, LayerSpe
 _OPS = [
     "paged_attention", "mla_attention", "merge_state", "merge_states", "sparse_mla",
     "quantize_fp8_groups", "indexer_ragged", "indexer_paged", "topk",
-    "set_kv_buffer", "set_mla_kv_buffer", "set_index_k", "transform_index_page_table",
+    "set_kv_buffer", "set_mla_kv_buffer", "set_index_k", "transform_index_page_table", "gather_index_k",
 ]
 
 

@@ -29,4 +29,5 @@ NB_MODULE(_attnserve, m) {
   attnserve::py::bind_kv(m);
   attnserve::py::bind_plan(m);
   attnserve::py::bind_backend(m);
+  attnserve::py::bind_index_k_gather(m);
 }

@@ -15,5 +15,6 @@ DType parse_dtype(const std::string& s);    // "bf16", "f16", "fp8_e4m3", ...
 void bind_kv(nb::module_& m);
 void bind_plan(nb::module_& m);
 void bind_backend(nb::module_& m);
+void bind_index_k_gather(nb::module_& m);
 
 }  // namespace attnserve::py
