@@ -164,7 +164,7 @@ TEST(PlanDense, RandomBatchesEveryMode) {
         TestPool pool(24, 160, P, g);
         DensePlanConfig cfg{.page_size = P, .spec = spec};
         DensePlanner planner(cfg, Device::cpu());
-        planner.init({.max_bs = 16, .max_num_tokens = 512, .max_context_len = 160});
+        planner.init({.max_bs = 16, .max_num_tokens = 16 * 48, .max_context_len = 160});  // bs x max_q
         const int bs = mode == ForwardMode::idle ? 0 : rand_int(g, 1, 16);
         TestBatch b = random_batch(g, mode, bs, {.max_ctx = 160, .max_q = 48, .prefix = iter % 2 == 0, .spec = spec}, pool);
         SCOPED_TRACE("page " + std::to_string(P) + " iter " + std::to_string(iter));

@@ -118,7 +118,7 @@ TEST(PlanLocal, RandomBatchesEveryRowSeesItsChunk) {
     TestPool pool(12, 96, P, g);
     DensePlanConfig cfg{.page_size = P, .attention_chunk_size = C, .spec = spec};
     DensePlanner planner(cfg, Device::cpu());
-    planner.init({.max_bs = 8, .max_num_tokens = 256, .max_context_len = 96});
+    planner.init({.max_bs = 8, .max_num_tokens = 8 * 40, .max_context_len = 96});  // bs x max_q
     BatchShape shape{.max_ctx = 96, .max_q = 40, .prefix = iter % 3 != 0, .spec = spec};
     TestBatch tb = random_batch(g, mode, rand_int(g, 1, 8), shape, pool);
     SCOPED_TRACE("page " + std::to_string(P) + " chunk " + std::to_string(C));
