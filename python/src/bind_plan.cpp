@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "attnserve/plan.h"
+#include "metadata_dict.h"
 #include "views.h"
 
 namespace attnserve::py {
@@ -30,62 +31,6 @@ BatchArgs batch_args(std::vector<int32_t> seq_lens, std::vector<int32_t> req_poo
           extend_prefix_lens.value_or(std::vector<int32_t>{}), draft_slots.value_or(std::vector<int32_t>{})};
 }
 
-nb::dict to_dict(const DenseMetadata& m, nb::handle owner) {
-  nb::dict d;
-  d["mode"] = m.mode;
-  d["batch_size"] = m.batch_size;
-  d["num_q_rows"] = m.num_q_rows;
-  d["page_size"] = m.page_size;
-  d["cache_seqlens_int32"] = to_python(m.cache_seqlens_int32, owner);
-  d["cu_seqlens_q"] = to_python(m.cu_seqlens_q, owner);
-  d["cu_seqlens_k"] = to_python(m.cu_seqlens_k, owner);
-  d["max_seq_len_q"] = m.max_seq_len_q;
-  d["max_seq_len_k"] = m.max_seq_len_k;
-  d["page_table"] = to_python(m.page_table, owner);
-  d["window_left"] = m.window_left;
-  d["window_right"] = m.window_right;
-  d["captured"] = m.captured;
-  if (m.has_local_attn) {
-    const auto& l = m.local_attn_metadata;
-    nb::dict ld;
-    ld["local_query_start_loc"] = to_python(l.local_query_start_loc, owner);
-    ld["local_seqused_k"] = to_python(l.local_seqused_k, owner);
-    ld["local_block_table"] = to_python(l.local_block_table, owner);
-    ld["local_max_query_len"] = l.local_max_query_len;
-    ld["local_max_seq_len"] = l.local_max_seq_len;
-    ld["num_virtual_batches"] = l.num_virtual_batches;
-    ld["effective_chunk_size"] = l.effective_chunk_size;
-    d["local_attn_metadata"] = ld;
-  } else {
-    d["local_attn_metadata"] = nb::none();
-  }
-  return d;
-}
-
-nb::dict to_dict(const SparseMetadata& m, nb::handle owner) {
-  nb::dict d;
-  d["mode"] = m.mode;
-  d["batch_size"] = m.batch_size;
-  d["num_rows"] = m.num_rows;
-  d["page_size"] = m.page_size;
-  d["topk"] = m.topk;
-  d["cache_seqlens_int32"] = to_python(m.cache_seqlens_int32, owner);
-  d["cu_seqlens_k"] = to_python(m.cu_seqlens_k, owner);
-  d["cu_seqlens_q"] = to_python(m.cu_seqlens_q, owner);
-  d["max_seq_len_q"] = m.max_seq_len_q;
-  d["max_seq_len_k"] = m.max_seq_len_k;
-  d["page_table_1"] = to_python(m.page_table_1, owner);
-  d["real_page_table"] = to_python(m.real_page_table, owner);
-  d["nsa_seqlens_expanded"] = to_python(m.nsa_seqlens_expanded, owner);
-  d["nsa_cache_seqlens_int32"] = to_python(m.nsa_cache_seqlens_int32, owner);
-  d["nsa_cu_seqlens_q"] = to_python(m.nsa_cu_seqlens_q, owner);
-  d["nsa_cu_seqlens_k"] = to_python(m.nsa_cu_seqlens_k, owner);
-  d["nsa_extend_seq_lens_list"] = m.nsa_extend_seq_lens_list;
-  d["nsa_max_seqlen_q"] = m.nsa_max_seqlen_q;
-  d["captured"] = m.captured;
-  return d;
-}
-
 // The methods both planners share.
 template <class Planner>
 void bind_planner_methods(nb::class_<Planner>& c) {
@@ -104,7 +49,7 @@ void bind_planner_methods(nb::class_<Planner>& c) {
             Planner& p = nb::cast<Planner&>(self);
             BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
                                      std::move(extend_prefix_lens), std::move(draft_slots));
-            return to_dict(p.plan(b.spec(mode, req_to_token), to_stream(stream)), self);
+            return metadata_dict(p.plan(b.spec(mode, req_to_token), to_stream(stream)), self);
           },
           arg("mode"), arg("seq_lens"), arg("req_pool_indices"), arg("req_to_token"), nb::kw_only(),
           arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
@@ -112,7 +57,7 @@ void bind_planner_methods(nb::class_<Planner>& c) {
       .def(
           "capture",
           [](nb::handle self, int bs, ForwardMode mode, uintptr_t stream) {
-            return to_dict(nb::cast<Planner&>(self).capture(bs, mode, to_stream(stream)), self);
+            return metadata_dict(nb::cast<Planner&>(self).capture(bs, mode, to_stream(stream)), self);
           },
           arg("bs"), arg("mode"), nb::kw_only(), arg("stream") = 0,
           "Metadata in the static buffers for a CUDA graph of batch size bs.")
@@ -124,7 +69,7 @@ void bind_planner_methods(nb::class_<Planner>& c) {
             Planner& p = nb::cast<Planner&>(self);
             BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
                                      std::move(extend_prefix_lens), std::move(draft_slots));
-            return to_dict(p.replay(bs, mode, b.spec(mode, req_to_token), to_stream(stream)), self);
+            return metadata_dict(p.replay(bs, mode, b.spec(mode, req_to_token), to_stream(stream)), self);
           },
           arg("bs"), arg("mode"), arg("seq_lens"), arg("req_pool_indices"), arg("req_to_token"), nb::kw_only(),
           arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
