@@ -19,13 +19,6 @@ void SharedWorkspace::reserve(std::size_t bytes) {
   current_ = std::move(next);
 }
 
-Workspace SharedWorkspace::get(std::size_t need, const char* who) const {
-  ATTNSERVE_CHECK(need <= current_.bytes(), who, ": the kernel needs ", need, " bytes of workspace, the backend has ",
-                  current_.bytes(), " (sized in init_forward_metadata / capture; a batch larger than the ",
-                  "configured capacity?)");
-  return Workspace{current_.data(), current_.bytes()};
-}
-
 std::size_t SharedWorkspace::total_bytes() const {
   std::size_t n = current_.bytes();
   for (const Buffer& b : retired_) n += b.bytes();

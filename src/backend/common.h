@@ -17,8 +17,9 @@ class SharedWorkspace {
   const DeviceCaps& caps() const { return caps_; }
   Device device() const { return device_; }
   void reserve(std::size_t bytes);
-  // The workspace for one op call; throws naming `who` when `need` exceeds what was reserved.
-  Workspace get(std::size_t need, const char* who) const;
+  // The whole reserved workspace, for one op call. Sizing happens in reserve() (init_forward_metadata /
+  // capture); the op checks the size itself, so forward calls do not query it again.
+  Workspace view() const { return Workspace{current_.data(), current_.bytes()}; }
   std::size_t bytes() const { return current_.bytes(); }
   std::size_t total_bytes() const;  // current + retired
 

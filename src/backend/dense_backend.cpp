@@ -119,7 +119,7 @@ TensorView DenseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer,
       args.k_descale = scales.k_descale(layer.layer_id, b, cfg.num_kv_heads);
       args.v_descale = scales.v_descale(layer.layer_id, b, cfg.num_kv_heads);
     }
-    paged_attention(args, ws->get(paged_attention_workspace_size(args, ws->caps()), who), stream);
+    paged_attention(args, ws->view(), stream);
   } else {
     const MlaAttentionArgs args{.q_nope = q_nope, .q_rope = q_rope, .kv_cache = unsqueeze(as_pages(kv.k, P), 2),
                                 .page_table = page_table, .cache_seqlens = cache_seqlens,
@@ -127,7 +127,7 @@ TensorView DenseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer,
                                 .softmax_scale = L.scale, .causal = true, .window_left = L.window_left,
                                 .window_right = L.window_right, .softcap = L.softcap,
                                 .deterministic = cfg.deterministic};
-    mla_attention(args, ws->get(mla_attention_workspace_size(args, ws->caps()), who), stream);
+    mla_attention(args, ws->view(), stream);
   }
   return out;
 }

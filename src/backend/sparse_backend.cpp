@@ -97,7 +97,7 @@ TensorView SparseBackend::Impl::topk_transform(const TensorView& logits, int top
   } else if (cfg.fuse_topk) {
     a.out = indices(scratch_buf, rows);
   }
-  attnserve::topk(a, ws->get(topk_workspace_size(a, ws->caps()), who), stream);
+  attnserve::topk(a, ws->view(), stream);
   if (cfg.fuse_topk && captured_draft_extend) {
     transform_index_page_table(
         {.page_table_1 = m.page_table_1, .topk_indices = a.out, .out = out, .cu_seqlens_q = m.cu_seqlens_q}, stream);
@@ -172,11 +172,11 @@ TensorView SparseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer
                                 .cu_seqlens_q = m.nsa_cu_seqlens_q, .out = out, .max_seqlen_q = 1,
                                 .softmax_scale = L.scale, .causal = true, .softcap = L.softcap,
                                 .deterministic = cfg.deterministic};
-    mla_attention(args, ws->get(mla_attention_workspace_size(args, ws->caps()), who), stream);
+    mla_attention(args, ws->view(), stream);
   } else {
     const SparseMlaArgs args{.q = packed, .kv = kv.k, .indices = slots, .out = out,
                              .topk_length = m.nsa_cache_seqlens_int32, .softmax_scale = L.scale};
-    sparse_mla(args, ws->get(sparse_mla_workspace_size(args, ws->caps()), who), stream);
+    sparse_mla(args, ws->view(), stream);
   }
   return out;
 }
