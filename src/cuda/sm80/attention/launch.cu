@@ -25,24 +25,6 @@ int max_stages_for(int d, bool fp8, int /*mt*/) {
   return std::min(4, (d <= 64 ? 4 : d <= 128 ? 3 : 2) + (fp8 ? 1 : 0));
 }
 
-// FlashAttention-style: split only when the (request, head, m-block) CTAs leave the GPU
-// underfilled; pick the smallest split count whose wave efficiency is within 85% of the best.
-int heuristic_splits(int64_t base, int slots, int max_tiles) {
-  if (base <= 0) return 1;
-  if (double(base) >= 0.8 * slots) return 1;
-  const int max_s = std::max(1, std::min(64, max_tiles / 2));
-  std::array<double, 65> eff{};
-  double best = 0;
-  for (int s = 1; s <= max_s; ++s) {
-    const double waves = double(base) * s / slots;
-    eff[s] = waves / std::ceil(waves);
-    best = std::max(best, eff[s]);
-  }
-  for (int s = 1; s <= max_s; ++s)
-    if (eff[s] >= 0.85 * best) return s;
-  return 1;
-}
-
 void check_args(const PagedAttentionArgs& a) {
   ATTNSERVE_CHECK(a.q.dtype == DType::bf16 || a.q.dtype == DType::f16, kOp, ": q must be bf16 or f16 on CUDA, got ",
                   dtype_name(a.q.dtype));
@@ -140,7 +122,7 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
     c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));
   } else {
     c.split_keys = 0;
-    c.num_splits = heuristic_splits(int64_t(b) * h_kv * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles);
+    c.num_splits = heuristic_splits(int64_t(b) * h_kv * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles / 2);  // >= 2 key tiles per split
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
   c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off

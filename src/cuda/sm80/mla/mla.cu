@@ -36,20 +36,6 @@ void check_args(const MlaAttentionArgs& a) {
   ATTNSERVE_CHECK(a.q_nope.size(0) == 0 || a.max_seqlen_q > 0, kOp, ": max_seqlen_q must be > 0 on CUDA");
 }
 
-int heuristic_splits(int64_t base, int slots, int max_tiles) {
-  if (base <= 0 || double(base) >= 0.8 * slots) return 1;
-  const int max_s = std::max(1, std::min(64, max_tiles / 4));
-  double best = 0, eff[65] = {};
-  for (int s = 1; s <= max_s; ++s) {
-    const double waves = double(base) * s / slots;
-    eff[s] = waves / std::ceil(waves);
-    best = std::max(best, eff[s]);
-  }
-  for (int s = 1; s <= max_s; ++s)
-    if (eff[s] >= 0.85 * best) return s;
-  return 1;
-}
-
 }  // namespace
 
 MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTuning& tune) {
@@ -75,7 +61,7 @@ MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTun
     c.split_keys = kDeterministicSplitKeys;
     c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));
   } else {
-    c.num_splits = heuristic_splits(int64_t(b) * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles);
+    c.num_splits = heuristic_splits(int64_t(b) * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles / 4);  // >= 4 key tiles per split
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
   ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
