@@ -30,7 +30,7 @@ class DeepSeekModel final : public Model {
   DeepSeekModel(const Settings& s, const CacheShape& cache, RunStats& stats)
       : s_(s), cache_(cache), stats_(stats), q_(s.device), latent_(s.device), rope_(s.device), iq_(s.device),
         iq8_(s.device), iscale_(s.device), iw_(s.device), ik_(s.device), logits_(s.device), gk_(s.device),
-        gks_(s.device), ks_(s.device), ke_(s.device), out_(s.device), loc_(s.device) {
+        gks_(s.device), gslots_(s.device), ks_(s.device), ke_(s.device), out_(s.device), loc_(s.device) {
     using namespace attnserve;
     // DeepSeek-V3.2's softmax scale: 192^-0.5 * mscale^2 with YaRN's mscale = 0.1 ln(40) + 1.
     const double mscale = 0.1 * std::log(40.0) + 1.0;
@@ -190,27 +190,21 @@ class DeepSeekModel final : public Model {
                      .seqlens = b.get_seqlens_expanded(), .logits = logits, .page_size = s_.page_size, .next_n = 1});
       return b.topk_transform(logits, s_.topk);
     }
-    // Extend-like rows: the requests' keys gathered from the pool into one contiguous buffer, page by
-    // page (the engine's gather of the indexer-key cache), then ragged scores: row i sees
-    // [ks[i], ke[i]) = its request's keys up to its position.
+    // Extend-like rows: the requests' keys gathered from the pool into one contiguous buffer
+    // (gather_index_k over the requests' slots, request after request), then ragged scores: row i
+    // sees [ks[i], ke[i]) = its request's keys up to its position.
     std::vector<int64_t> base(step.reqs.size() + 1, 0);
-    for (std::size_t k = 0; k < step.reqs.size(); ++k) base[k + 1] = base[k] + step.seq_lens[k];
-    const int64_t K = base.back(), P = s_.page_size;
-    const TensorView gk = gk_.view(DType::fp8_e4m3, {std::max<int64_t>(K, 1), kIndexDim});
-    const TensorView gks = gks_.view(DType::f32, {std::max<int64_t>(K, 1)});
+    std::vector<int32_t> slots;
     for (std::size_t k = 0; k < step.reqs.size(); ++k) {
-      const StepRequest& req = step.reqs[k];
-      for (int64_t first = 0; first < step.seq_lens[k]; first += P) {
-        const int64_t page = req.slots[std::size_t(first)] / P, n = std::min<int64_t>(P, step.seq_lens[k] - first);
-        const TensorView src = index_cache.select(0, page);
-        const int64_t dst_row = base[k] + first;
-        copy_async(TensorView::contiguous(static_cast<uint8_t*>(gk.data) + dst_row * kIndexDim, DType::u8,
-                                          {n * kIndexDim}, s_.device),
-                   src.slice(0, 0, n * kIndexDim));
-        copy_async(TensorView::contiguous(static_cast<uint8_t*>(gks.data) + dst_row * 4, DType::u8, {n * 4}, s_.device),
-                   src.slice(0, P * kIndexDim, P * kIndexDim + n * 4));
-      }
+      base[k + 1] = base[k] + step.seq_lens[k];
+      const std::vector<int32_t>& s = step.reqs[k].slots;
+      slots.insert(slots.end(), s.begin(), s.begin() + step.seq_lens[k]);
     }
+    const int64_t K = base.back();
+    const TensorView gk = gk_.view(DType::fp8_e4m3, {K, kIndexDim});
+    const TensorView gks = gks_.view(DType::f32, {K});
+    gather_index_k({.index_k_cache = index_cache, .slots = gslots_.upload(slots, DType::i32, {K}), .out_k = gk,
+                    .out_scale = gks, .page_size = int(s_.page_size)});
     std::vector<int32_t> ks(static_cast<std::size_t>(T), 0), ke(static_cast<std::size_t>(T), 0);  // padding: no key
     for (std::size_t i = 0; i < rows.size(); ++i) {
       ks[i] = int32_t(base[std::size_t(rows[i].req)]);
@@ -306,7 +300,7 @@ class DeepSeekModel final : public Model {
   float scale_ = 0;
   std::unique_ptr<Worker_> target_, draft_;
   std::unique_ptr<attnserve::SparseMultiStepBackend> draft_steps_;
-  DeviceArray q_, latent_, rope_, iq_, iq8_, iscale_, iw_, ik_, logits_, gk_, gks_, ks_, ke_, out_, loc_;
+  DeviceArray q_, latent_, rope_, iq_, iq8_, iscale_, iw_, ik_, logits_, gk_, gks_, gslots_, ks_, ke_, out_, loc_;
   std::vector<attnserve::bf16_t> hq_, hlatent_, hrope_, hiq_, hik_;
   std::vector<float> hiw_;
 };
