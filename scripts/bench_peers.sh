@@ -53,6 +53,19 @@ echo "== built the extension (CUDA archs ${CUDA_ARCHS:-90}, -j$(nproc)) in $(( $
 if ! PYTHONPATH=python "$PY" -c 'import attnserve as A; assert A.built_with_cuda() and A.cuda_available(), "attnserve sees no GPU"'; then
   echo "the extension does not import or sees no GPU"; exit 1
 fi
+# An attnserve.Error raised with torch loaded must reach Python as an exception (it once killed the
+# process when the extension carried its own copy of the C++ runtime's throw/catch symbols).
+if ! PYTHONPATH=python "$PY" -c '
+import torch, attnserve as A
+try:
+    A.SlotAllocator(10, 4)
+except A.Error as e:
+    print("== error path with torch loaded: raised", type(e).__name__)
+else:
+    raise SystemExit("no error raised for a bad SlotAllocator")'; then
+  echo "the error path with torch loaded is broken (see above): the harness would crash"; exit 1
+fi
+echo "== exported dynamic symbols of the extension: $(nm -D --defined-only "$BUILD"/python/_attnserve*.so 2>/dev/null | wc -l)"
 
 # ---- benchmark -----------------------------------------------------------------------------------
 LEFT=$(( BUDGET - ($(date +%s) - T0) - 15 ))
