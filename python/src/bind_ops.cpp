@@ -124,26 +124,27 @@ void bind_ops(nb::module_& m) {
   m.def(
       "indexer_ragged",
       [](nb::ndarray<> q, nb::ndarray<> weights, nb::ndarray<> k, nb::ndarray<> k_scale, nb::ndarray<> ks,
-         nb::ndarray<> ke, nb::ndarray<> logits, OptArray workspace, uintptr_t stream) {
+         nb::ndarray<> ke, nb::ndarray<> logits, OptArray q_scale, OptArray workspace, uintptr_t stream) {
         indexer_ragged({.q = fp8_if_u8(q), .weights = to_view(weights), .k = fp8_if_u8(k),
-                        .k_scale = to_view(k_scale), .ks = to_view(ks), .ke = to_view(ke), .logits = to_view(logits)},
+                        .k_scale = to_view(k_scale), .ks = to_view(ks), .ke = to_view(ke), .logits = to_view(logits),
+                        .q_scale = to_view(q_scale)},
                        to_workspace(workspace), to_stream(stream));
       },
       arg("q"), arg("weights"), arg("k"), arg("k_scale"), arg("ks"), arg("ke"), arg("logits"), nb::kw_only(),
-      arg("workspace") = nb::none(), arg("stream") = 0, "Lightning-indexer scores, ragged (prefill) form.");
+      arg("q_scale") = nb::none(), arg("workspace") = nb::none(), arg("stream") = 0, "Lightning-indexer scores, ragged (prefill) form.");
 
   m.def(
       "indexer_paged",
       [](nb::ndarray<> q, nb::ndarray<> weights, nb::ndarray<> index_k_cache, nb::ndarray<> page_table,
-         nb::ndarray<> seqlens, nb::ndarray<> logits, int page_size, int next_n, OptArray workspace,
-         uintptr_t stream) {
+         nb::ndarray<> seqlens, nb::ndarray<> logits, int page_size, int next_n, OptArray q_scale,
+         OptArray workspace, uintptr_t stream) {
         indexer_paged({.q = fp8_if_u8(q), .weights = to_view(weights), .index_k_cache = to_view(index_k_cache),
                        .page_table = to_view(page_table), .seqlens = to_view(seqlens), .logits = to_view(logits),
-                       .page_size = page_size, .next_n = next_n},
+                       .page_size = page_size, .next_n = next_n, .q_scale = to_view(q_scale)},
                       to_workspace(workspace), to_stream(stream));
       },
       arg("q"), arg("weights"), arg("index_k_cache"), arg("page_table"), arg("seqlens"), arg("logits"),
-      nb::kw_only(), arg("page_size") = 64, arg("next_n") = 1, arg("workspace") = nb::none(), arg("stream") = 0,
+      nb::kw_only(), arg("page_size") = 64, arg("next_n") = 1, arg("q_scale") = nb::none(), arg("workspace") = nb::none(), arg("stream") = 0,
       "Lightning-indexer scores, paged (decode / verify / draft extend) form.");
 
   nb::enum_<TopkTransform>(m, "TopkTransform")

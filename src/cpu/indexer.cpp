@@ -22,13 +22,14 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Decoded q (n_heads x 128) and weights (n_heads) of one query row, in per-thread scratch.
 struct QueryRow {
   std::vector<float> q, w;
-  void load(const TensorView& qv, const TensorView& wv, int64_t row) {
+  void load(const TensorView& qv, const TensorView& wv, const TensorView& q_scale, int64_t row) {
     const int64_t n_heads = qv.size(1);
     q.resize(size_t(n_heads * kIndexDim));
     w.resize(size_t(n_heads));
     for (int64_t h = 0; h < n_heads; ++h) {
       decode_fp8_row(qv.ptr<uint8_t>() + offset_of(qv, row, h, 0), kIndexDim, q.data() + h * kIndexDim);
       w[size_t(h)] = wv.ptr<float>()[offset_of(wv, row, h)];
+      if (!q_scale.empty_view()) w[size_t(h)] *= q_scale.ptr<float>()[offset_of(q_scale, row, h)];
     }
   }
 };
@@ -50,7 +51,7 @@ void indexer_ragged(const IndexerRaggedArgs& a) {
         out[offset_of(a.logits, i, j)] = kNegInf;
         continue;
       }
-      if (!loaded) qr.load(a.q, a.weights, i), loaded = true;
+      if (!loaded) qr.load(a.q, a.weights, a.q_scale, i), loaded = true;
       decode_fp8_row(a.k.ptr<uint8_t>() + offset_of(a.k, j, 0), kIndexDim, k);
       const float k_scale = a.k_scale.ptr<float>()[offset_of(a.k_scale, j)];
       out[offset_of(a.logits, i, j)] = index_score(qr.q.data(), qr.w.data(), int(n_heads), k) * k_scale;
@@ -77,7 +78,7 @@ void indexer_paged(const IndexerPagedArgs& a) {
         out[offset_of(a.logits, row, j)] = kNegInf;
         continue;
       }
-      if (!loaded) qr.load(a.q, a.weights, row), loaded = true;
+      if (!loaded) qr.load(a.q, a.weights, a.q_scale, row), loaded = true;
       const int64_t page = a.page_table.ptr<int32_t>()[offset_of(a.page_table, r, j / page_size)];
       const int64_t slot = page * page_size + j % page_size;
       decode_fp8_row(pool + IndexerKeyLayout::key_offset(slot, int(page_size)), kIndexDim, k);

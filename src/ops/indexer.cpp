@@ -16,6 +16,13 @@ int32_t at_i32(const TensorView& t, int64_t i, int64_t j) { return t.ptr<int32_t
 
 constexpr int kIndexDim = IndexerKeyLayout::kDim;
 
+// q_scale is optional: [rows, n_heads] f32 on q's device when given.
+void check_optional_q_scale(const char* op, const TensorView& q_scale, const TensorView& q) {
+  if (q_scale.empty_view()) return;
+  check_tensor(op, "q_scale", q_scale, {DType::f32}, {q.size(0), q.size(1)});
+  check_same_device(op, {&q, &q_scale});
+}
+
 }  // namespace
 
 void quantize_fp8_groups(const QuantizeFp8Args& a, Stream stream) {
@@ -49,6 +56,7 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace ws, Stream stream) {
   check_tensor(op, "ke", a.ke, {DType::i32}, {rows});
   check_tensor(op, "logits", a.logits, {DType::f32}, {rows, num_keys});
   check_same_device(op, {&a.q, &a.weights, &a.k, &a.k_scale, &a.ks, &a.ke, &a.logits});
+  check_optional_q_scale(op, a.q_scale, a.q);
   check_last_dim_contiguous(op, "q", a.q);
   check_last_dim_contiguous(op, "k", a.k);
   if (a.q.device.is_cpu()) {
@@ -81,6 +89,7 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace ws, Stream stream) {
   check_tensor(op, "seqlens", a.seqlens, {DType::i32}, {b});
   check_tensor(op, "logits", a.logits, {DType::f32}, {rows, -1});
   check_same_device(op, {&a.q, &a.weights, &a.index_k_cache, &a.page_table, &a.seqlens, &a.logits});
+  check_optional_q_scale(op, a.q_scale, a.q);
   check_last_dim_contiguous(op, "q", a.q);
   if (a.q.device.is_cpu()) {
     const int64_t max_context = a.logits.size(1), max_pages = a.page_table.size(1);

@@ -208,3 +208,50 @@ TEST(IndexerPagedEdge, BadArgumentsNameTheArgument) {
   a = ok, a.page_table = short_table.view;
   expect_error_naming([&] { indexer_paged(a); }, "'page_table'");
 }
+
+// q_scale multiplies the weights: the same bits as folding it in by hand, in both forms.
+TEST(IndexerQScale, EqualsWeightsWithTheScaleFoldedIn) {
+  auto g = rng_for_test();
+  const int64_t heads = 6;
+  {  // ragged
+    const int64_t rows = 5, keys = 77;
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    KeyBuffer kb(keys, g);
+    HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), with(DType::f32, {rows, keys}), folded = with;
+    for (int i = 0; i < rows; ++i) ks.ptr<int32_t>()[i] = i, ke.ptr<int32_t>()[i] = int32_t(keys - i);
+    const HostTensor wq = times(w, qs);
+    poison(with), poison(folded);
+    indexer_ragged({.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
+                    .ke = ke.view, .logits = with.view, .q_scale = qs.view});
+    indexer_ragged({.q = q.view, .weights = wq.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
+                    .ke = ke.view, .logits = folded.view});
+    EXPECT_EQ(with.bytes, folded.bytes);
+    HostTensor bad(DType::f32, {rows, heads + 1});
+    expect_error_naming([&] {
+      indexer_ragged({.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
+                      .ke = ke.view, .logits = with.view, .q_scale = bad.view});
+    }, "'q_scale'");
+  }
+  {  // paged, next_n 2
+    const std::vector<int> seqlens = {40, 9};
+    const int page_size = 16, next_n = 2, max_context = 48;
+    IndexKeyPool kp(seqlens, page_size, 4, g);
+    const int64_t rows = 4;
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    HostTensor sl(DType::i32, {2}), with(DType::f32, {rows, max_context}), folded = with;
+    sl.ptr<int32_t>()[0] = seqlens[0], sl.ptr<int32_t>()[1] = seqlens[1];
+    const HostTensor wq = times(w, qs);
+    poison(with), poison(folded);
+    IndexerPagedArgs a{.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view, .page_table = kp.page_table.view,
+                       .seqlens = sl.view, .logits = with.view, .page_size = page_size, .next_n = next_n,
+                       .q_scale = qs.view};
+    indexer_paged(a);
+    IndexerPagedArgs b = a;
+    b.weights = wq.view, b.logits = folded.view, b.q_scale = {};
+    indexer_paged(b);
+    EXPECT_EQ(with.bytes, folded.bytes);
+    HostTensor bad(DType::i32, {rows, heads});
+    a.q_scale = bad.view;
+    expect_error_naming([&] { indexer_paged(a); }, "'q_scale'");
+  }
+}

@@ -31,6 +31,20 @@ inline HostTensor random_weights(int64_t rows, int64_t n_heads, std::mt19937_64&
   return w;
 }
 
+// Per-head q scales as quantize_fp8_groups makes them (powers of two), and weights with them folded in.
+inline HostTensor random_q_scale(int64_t rows, int64_t n_heads, std::mt19937_64& g) {
+  HostTensor s(DType::f32, {rows, n_heads});
+  std::uniform_int_distribution<int> e(-12, 3);
+  for (int64_t i = 0; i < s.numel(); ++i) s.ptr<float>()[i] = std::ldexp(1.f, e(g));
+  return s;
+}
+inline HostTensor times(const HostTensor& w, const HostTensor& q_scale) {
+  HostTensor out = w;
+  const float* s = reinterpret_cast<const float*>(q_scale.bytes.data());
+  for (int64_t i = 0; i < out.numel(); ++i) out.ptr<float>()[i] *= s[i];
+  return out;
+}
+
 // One key quantized as the store does: 128 fp8 bytes and a power-of-two f32 scale.
 struct QuantizedKey {
   uint8_t bytes[kIdxDim];

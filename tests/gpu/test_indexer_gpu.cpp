@@ -38,9 +38,10 @@ void expect_logits(const HostTensor& gpu, const HostTensor& cpu, const std::vect
 // Runs the paged indexer on the GPU twice (poisoned logits), requires identical bits, returns the logits.
 HostTensor run_paged_gpu(const IndexerPagedArgs& h, const HostTensor& logits_like, const TensorView* page_table_override = nullptr) {
   DeviceMirror q(h.q), w(h.weights), pool(h.index_k_cache), pt(page_table_override ? *page_table_override : h.page_table),
-      sl(h.seqlens), out(h.logits);
+      sl(h.seqlens), out(h.logits), qs(h.q_scale);
   IndexerPagedArgs d = h;
   d.q = q.view, d.weights = w.view, d.index_k_cache = pool.view, d.page_table = pt.view, d.seqlens = sl.view, d.logits = out.view;
+  d.q_scale = qs.view;
   std::vector<uint8_t> first;
   for (int run = 0; run < 2; ++run) {
     out.poison();
@@ -337,4 +338,51 @@ TEST(QuantizeFp8Gpu, ZeroRows) {
   HostTensor x(DType::bf16, {0, 128}), out(DType::fp8_e4m3, {0, 128}), scales(DType::f32, {0, 1});
   DeviceMirror dx(x.view), dout(out.view), dsc(scales.view);
   EXPECT_NO_THROW(quantize_fp8_groups({.x = dx.view, .out = dout.view, .scales = dsc.view}));
+}
+
+// ---- q_scale: the q quantization scales multiply the weights on the device -------------------------
+
+// Same bits as folding the scales into the weights by hand (the product is one float multiply in both),
+// for the paged and the ragged form; the folded-in form is checked against the CPU oracle above.
+TEST(IndexerQScaleGpu, EqualsWeightsWithTheScaleFoldedIn) {
+  auto g = rng_for_test();
+  const int64_t heads = 64;
+  {  // paged, next_n 2, page 64
+    const std::vector<int> seqlens = {700, 65, 1};
+    const int page_size = 64, next_n = 2, max_context = 712;
+    IndexKeyPool kp(seqlens, page_size, 13, g);
+    const int64_t rows = 6;
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    HostTensor sl(DType::i32, {3}), logits(DType::f32, {rows, max_context});
+    for (int r = 0; r < 3; ++r) sl.ptr<int32_t>()[r] = seqlens[size_t(r)];
+    const HostTensor wq = times(w, qs);
+    const IndexerPagedArgs with{.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view,
+                                .page_table = kp.page_table.view, .seqlens = sl.view, .logits = logits.view,
+                                .page_size = page_size, .next_n = next_n, .q_scale = qs.view};
+    IndexerPagedArgs folded = with;
+    folded.weights = wq.view, folded.q_scale = {};
+    const HostTensor a = run_paged_gpu(with, logits), b = run_paged_gpu(folded, logits);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_EQ(count_nan(to_doubles(a)), 0);
+  }
+  {  // ragged
+    const int64_t rows = 9, keys = 300;
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    KeyBuffer kb(keys, g);
+    HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), logits(DType::f32, {rows, keys});
+    for (int i = 0; i < rows; ++i) ks.ptr<int32_t>()[i] = 3 * i, ke.ptr<int32_t>()[i] = int32_t(keys - 5 * i);
+    const HostTensor wq = times(w, qs);
+    DeviceMirror dq(q.view), dw(w.view), dwq(wq.view), dqs(qs.view), dk(kb.k.view), dks(kb.k_scale.view),
+        dlo(ks.view), dhi(ke.view), d1(logits.view), d2(logits.view);
+    d1.poison(), d2.poison();
+    indexer_ragged({.q = dq.view, .weights = dw.view, .k = dk.view, .k_scale = dks.view, .ks = dlo.view,
+                    .ke = dhi.view, .logits = d1.view, .q_scale = dqs.view});
+    indexer_ragged({.q = dq.view, .weights = dwq.view, .k = dk.view, .k_scale = dks.view, .ks = dlo.view,
+                    .ke = dhi.view, .logits = d2.view});
+    stream_synchronize({});
+    EXPECT_TRUE(d1.bytes() == d2.bytes());
+    HostTensor got = logits;
+    d1.download(got.view);
+    EXPECT_EQ(count_nan(to_doubles(got)), 0);
+  }
 }

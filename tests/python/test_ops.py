@@ -118,6 +118,44 @@ def test_fp8_quantization_roundtrip(rng):
     assert (q[1, :128] == 0).all()
 
 
+def test_indexer_ragged_with_q_scale_matches_numpy(rng):
+    """quantize_fp8_groups -> indexer_ragged(q_scale=scales): the scales multiply the weights."""
+    rows, heads, keys = 3, 4, 10
+    xq = (rng.standard_normal((rows, heads * 128)) * 4).astype(np.float32)
+    xk = rng.standard_normal((keys, 128)).astype(np.float32)
+    q8 = np.zeros((rows, heads * 128), np.uint8)
+    qs = np.zeros((rows, heads), np.float32)
+    k8 = np.zeros((keys, 128), np.uint8)
+    ks = np.zeros((keys, 1), np.float32)
+    A.quantize_fp8_groups(xq, q8, qs)
+    A.quantize_fp8_groups(xk, k8, ks)
+    w = rng.uniform(-0.2, 0.2, (rows, heads)).astype(np.float32)
+    lo, hi = np.array([0, 2, 5], np.int32), np.array([10, 7, 5], np.int32)
+    logits = np.full((rows, keys), np.nan, np.float32)
+    A.indexer_ragged(q8.reshape(rows, heads, 128), w, k8, ks.reshape(keys), lo, hi, logits, q_scale=qs)
+    # Reference in float64 on the dequantized values (the fp8 rounding is the op's input, not its error).
+    qd = _decode_e4m3(q8).reshape(rows, heads, 128)
+    kd = _decode_e4m3(k8)
+    for i in range(rows):
+        for j in range(keys):
+            if not lo[i] <= j < hi[i]:
+                assert logits[i, j] == -np.inf
+                continue
+            dots = np.maximum(qd[i].astype(np.float64) @ kd[j].astype(np.float64), 0.0)
+            ref = (dots * w[i] * qs[i]).sum() * ks[j, 0]
+            assert abs(logits[i, j] - ref) <= 1e-4 * (abs(ref) + 1e-3), (i, j, logits[i, j], ref)
+
+
+def _decode_e4m3(b):
+    """FP8 e4m3 bytes -> float32 (no NaN codes in quantizer output)."""
+    b = b.astype(np.int32)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    exp = (b >> 3) & 0xF
+    man = b & 0x7
+    val = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1 + man / 8.0) * 2.0 ** (exp - 7.0))
+    return (sign * val).astype(np.float32)
+
+
 def test_workspace_size_query_runs_nothing(rng):
     h, h_kv, d = 4, 2, 32
     k_cache, v_cache, page_table = make_paged(rng, [5], 4, h_kv, d, num_pages=8)

@@ -171,13 +171,13 @@ class DeepSeekModel final : public Model {
                                      const attnserve::TensorView& iq, const attnserve::TensorView& index_cache) {
     using namespace attnserve;
     const int64_t T = iq.shape[0], HI = s_.index_heads;  // the pass's rows: `rows`, then padding
-    // q in fp8 per head (128 values), its scale folded into the weights (on the host: one small copy).
+    // q in fp8 per head (128 values); its scales stay on the device and multiply the weights in the
+    // indexer (q_scale), so nothing waits for the device here.
     const TensorView iq8 = iq8_.view(DType::fp8_e4m3, {T, HI * kIndexDim});
     const TensorView scales = iscale_.view(DType::f32, {T, HI});
     quantize_fp8_groups({.x = iq, .out = iq8, .scales = scales, .group = kIndexDim});
-    const std::vector<float> q_scale = download<float>(scales);
     std::vector<float> weights(hiw_.size());
-    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = float(hiw_[i] * weight_factor() * q_scale[i]);
+    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = float(hiw_[i] * weight_factor());
     const TensorView w = iw_.upload(weights, DType::f32, {T, HI});
     const TensorView q8 = iq8.reshape({T, HI, kIndexDim});
 
@@ -187,7 +187,8 @@ class DeepSeekModel final : public Model {
       for (const QueryRow& r : rows) width = std::max<int64_t>(width, r.pos + 1);
       const TensorView logits = logits_.view(DType::f32, {T, width});
       indexer_paged({.q = q8, .weights = w, .index_k_cache = index_cache, .page_table = b.get_page_table_64(),
-                     .seqlens = b.get_seqlens_expanded(), .logits = logits, .page_size = s_.page_size, .next_n = 1});
+                     .seqlens = b.get_seqlens_expanded(), .logits = logits, .page_size = s_.page_size, .next_n = 1,
+                     .q_scale = scales});
       return b.topk_transform(logits, s_.topk);
     }
     // Extend-like rows: the requests' keys gathered from the pool into one contiguous buffer
@@ -212,7 +213,8 @@ class DeepSeekModel final : public Model {
     }
     const TensorView ks_v = ks_.upload(ks, DType::i32, {T}), ke_v = ke_.upload(ke, DType::i32, {T});
     const TensorView logits = logits_.view(DType::f32, {T, K});
-    indexer_ragged({.q = q8, .weights = w, .k = gk, .k_scale = gks, .ks = ks_v, .ke = ke_v, .logits = logits});
+    indexer_ragged({.q = q8, .weights = w, .k = gk, .k_scale = gks, .ks = ks_v, .ke = ke_v, .logits = logits,
+                    .q_scale = scales});
     return b.topk_transform(logits, s_.topk, {}, ks_v);
   }
 

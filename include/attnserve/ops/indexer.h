@@ -1,6 +1,7 @@
 // DeepSeek-V3.2 lightning indexer: FP8 activation quantization and index scores.
 //   logit[i, j] = sum_h relu(q[i,h,:] . k[j,:]) * weights[i,h] * k_scale[j]
-// with q and k in fp8 e4m3 (the q scale is folded into weights by the caller, as DeepSeek does).
+// with q and k in fp8 e4m3. q's quantization scale multiplies weights: either folded in by the caller
+// (as DeepSeek does) or passed as `q_scale` (quantize_fp8_groups' scales), which keeps it on the device.
 #pragma once
 #include "attnserve/runtime.h"
 
@@ -25,6 +26,7 @@ struct IndexerRaggedArgs {
   TensorView ks;       // [rows] i32
   TensorView ke;       // [rows] i32
   TensorView logits;   // [rows, num_keys] f32
+  TensorView q_scale;  // optional [rows, n_heads] f32: weights[i, h] * q_scale[i, h] is the weight used
 };
 void indexer_ragged(const IndexerRaggedArgs& a, Workspace ws = {}, Stream stream = {});
 
@@ -40,6 +42,7 @@ struct IndexerPagedArgs {
   TensorView logits;         // [b * next_n, max_context] f32 (max_context >= every seqlens[r])
   int page_size = 64;
   int next_n = 1;
+  TensorView q_scale;        // optional [b * next_n, n_heads] f32: multiplies weights (see above)
 };
 void indexer_paged(const IndexerPagedArgs& a, Workspace ws = {}, Stream stream = {});
 

@@ -37,6 +37,8 @@ struct IndexerParams {
   int64_t q_row_stride, q_head_stride;
   const float* w;  // [rows, heads]
   int64_t w_row_stride, w_head_stride;
+  const float* q_scale;  // [rows, heads] or null: multiplies w
+  int64_t qs_row_stride, qs_head_stride;
   int heads;
   int64_t rows;
   float* logits;  // [rows, num_cols]
@@ -63,6 +65,12 @@ struct IndexerParams {
   const int32_t* seqlens;
   int64_t seqlens_stride;
 };
+
+// The weight of head h for query row `row`, with q's scale folded in when it is given.
+__device__ __forceinline__ float head_weight(const IndexerParams& p, int64_t row, int h) {
+  const float w = p.w[row * p.w_row_stride + int64_t(h) * p.w_head_stride];
+  return p.q_scale ? w * p.q_scale[row * p.qs_row_stride + int64_t(h) * p.qs_head_stride] : w;
+}
 
 // Key window [lo, hi) of row t of a group (t < rows_per_group), clamped to the logits width.
 template <bool kPaged>
@@ -214,8 +222,8 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) dsa::fp8x4_to_f16x4(wq[ks], b[ks][0], b[ks][1]);
       const int h0 = nt * 8 + 2 * tig;  // output columns (heads) of c0/c2 and c1/c3
-      const float w0 = h0 < p.heads ? p.w[row * p.w_row_stride + int64_t(h0) * p.w_head_stride] : 0.f;
-      const float w1 = h0 + 1 < p.heads ? p.w[row * p.w_row_stride + int64_t(h0 + 1) * p.w_head_stride] : 0.f;
+      const float w0 = h0 < p.heads ? head_weight(p, row, h0) : 0.f;
+      const float w1 = h0 + 1 < p.heads ? head_weight(p, row, h0 + 1) : 0.f;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         float acc[8][4];
@@ -261,8 +269,14 @@ void launch(const IndexerParams& p, bool paged, Stream stream) {
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
-IndexerParams common_params(const TensorView& q, const TensorView& w, const TensorView& logits) {
+IndexerParams common_params(const TensorView& q, const TensorView& w, const TensorView& q_scale,
+                            const TensorView& logits) {
   IndexerParams p{};
+  if (!q_scale.empty_view()) {
+    p.q_scale = q_scale.ptr<const float>();
+    p.qs_row_stride = q_scale.stride(0);
+    p.qs_head_stride = q_scale.stride(1);
+  }
   p.q = q.ptr<const uint8_t>();
   p.q_row_stride = q.stride(0);
   p.q_head_stride = q.stride(1);
@@ -287,7 +301,7 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
   dsa::require_rows_aligned(op, "q", a.q, 16);
   dsa::require_rows_aligned(op, "k", a.k, 16);
   dsa::DeviceGuard guard(a.q.device);
-  IndexerParams p = common_params(a.q, a.weights, a.logits);
+  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits);
   p.rows_per_group = kRaggedGroupRows;
   p.num_groups = dsa::ceil_div(p.rows, kRaggedGroupRows);
   p.key_vec16 = true;
@@ -309,7 +323,7 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
   ATTNSERVE_CHECK(dsa::aligned_to(a.index_k_cache.data, 16), op,
                   ": argument 'index_k_cache' needs a 16-byte aligned base on CUDA");
   dsa::DeviceGuard guard(a.q.device);
-  IndexerParams p = common_params(a.q, a.weights, a.logits);
+  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits);
   p.rows_per_group = a.next_n;
   p.num_groups = a.q.size(0) / a.next_n;
   p.key_vec16 = a.page_size % 4 == 0;  // pages of page_size * 132 bytes keep 16-byte alignment
