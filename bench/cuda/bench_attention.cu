@@ -245,7 +245,7 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
   const double bytes = double(b) * ctx * 576 * 2;
   char note[96];
-  std::snprintf(note, sizeof note, "[splits %d stages %d] %.0f%% of copy", cfg.num_splits, cfg.stages,
+  std::snprintf(note, sizeof note, "[hb %d splits %d stages %d] %.0f%% of copy", cfg.rows_per_block, cfg.num_splits, cfg.stages,
                 100.0 * bytes / us * 1e-3 / g_copy_gbs);
   report_flops(name, us, flops, bytes, note);
 }
@@ -357,6 +357,9 @@ int main(int argc, char** argv) {
   // MLA decode (portable path; Hopper fast path later).
   bench_mla("mla decode b128 hq16 8K page64", 128, 16, 8192, 64);
   bench_mla("mla decode b128 hq128 8K page64", 128, 128, 8192, 64);
+  bench_mla("mla decode b16 hq128 32K page64", 16, 128, 32768, 64);
+  bench_mla("mla decode b128 hq32 8K page64", 128, 32, 8192, 64);
+  bench_mla("mla verify b64 hq16 sq4 8K page64", 64, 16, 8192, 64, 4);
 
   // Prefill (portable path; Hopper fast path later).
   bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal", 1, 8192, 32, 8, 128);
