@@ -240,4 +240,11 @@ TEST(GpuMla, EdgeCases) {
   check_mla(s, g);
   s.h_q = 64;  // the same with HB 64: rows with no visible key inside a block that has some
   check_mla(s, g);
+  for (int hq : {16, 32, 64}) {  // the ring wraps several times (racecheck runs this test)
+    MlaSpec w;
+    w.h_q = hq;
+    w.q_lens = {1, 1};
+    w.k_lens = {300, 7};
+    check_mla(w, g);
+  }
 }

@@ -7,7 +7,7 @@
 //
 //   per tile of 32 keys (a ring of `stages` tiles in flight, cp.async; token slots from the page
 //   table are loaded one tile ahead into a register, so no warp waits on a page-table read):
-//     QK^T     warps = (row tile m of 16) x (key group of 16) x (k-split of 576 / KS); partial
+//     QK^T     warps = (row tile m of 16) x (key group of 32 / KG) x (k-split of 576 / KS); partial
 //              scores to shared memory
 //     softmax  warps = (row tile m) x (slice of the 512 value dims); every warp of a row tile reads
 //              the same scores, so all of them hold identical running max / sum (online, base 2)
@@ -15,7 +15,9 @@
 //   two barriers per tile: one after the tile lands (it also frees the ring slot being refilled and
 //   the score buffer), one after the scores are written.
 //
-// HB = 64: 4 row tiles x 2 key groups x 1 k-split; PV 256 dims per warp (128 accumulators / lane)
+// HB = 64: 4 row tiles x 1 key group x 2 k-splits; PV 256 dims per warp (128 accumulators / lane)
+//          (32 keys per warp: each ldmatrix of Q feeds 4 mma, a quarter fewer shared-memory reads
+//          than 2 groups of 16, which the sparse kernel uses)
 // HB = 32: 2 x 2 x 2;                                PV 128 dims per warp
 // HB = 16: 1 x 2 x 4;                                PV  64 dims per warp
 //
@@ -69,7 +71,8 @@ struct Params {
   int causal, window_left, window_right;
 };
 
-constexpr int k_splits_of(int hb) { return 8 / (hb / 16 * 2); }
+constexpr int key_groups_of(int hb) { return hb == 64 ? 1 : 2; }
+constexpr int k_splits_of(int hb) { return 8 / (hb / 16 * key_groups_of(hb)); }
 
 constexpr std::size_t smem_bytes(int hb, int stages) {
   return std::size_t(hb) * kRowBytes + std::size_t(stages) * kTileBytes +
@@ -89,13 +92,15 @@ template <int HB>
 __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const Params p) {
   using T = __nv_bfloat16;
   constexpr int MT = HB / 16;              // row tiles of 16
-  constexpr int KG = 2;                    // QK key groups of 16
-  constexpr int KS = 8 / (MT * KG);        // QK k-splits
+  constexpr int KG = key_groups_of(HB);    // QK key groups
+  constexpr int KW = kTileKeys / KG;       // keys per QK warp (16 or 32)
+  constexpr int KN = KW / 8;               // QK n-tiles per warp
+  constexpr int KS = k_splits_of(HB);      // QK k-splits
   constexpr int CPW = kChains / KS;        // score chains per warp
   constexpr int kPvWarps = 8 / MT;         // PV warps per row tile
   constexpr int DVW = kDv / kPvWarps;      // value dims per PV warp
   constexpr int NT = DVW / 8;              // PV n-tiles per warp
-  static_assert(KS * MT * KG == 8 && kChains % KS == 0 && NT % 2 == 0, "warp layout");
+  static_assert(KS * MT * KG == 8 && kChains % KS == 0 && NT % 2 == 0 && KN % 2 == 0, "warp layout");
   static_assert(kTileKeys * kChunks % kThreads == 0, "uniform trip count (shuffles)");
 
   extern __shared__ __align__(128) char smem[];
@@ -214,29 +219,33 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const Params p) {
     }
     const char* sK = sRing + (t % stages) * kTileBytes;
 
-    // ---- QK^T: S[16 rows of qk_m][16 keys of qk_kg], chains [qk_ks * CPW, + CPW).
+    // ---- QK^T: S[16 rows of qk_m][KW keys of qk_kg], chains [qk_ks * CPW, + CPW).
     {
-      float acc[CPW][2][4];
+      float acc[CPW][KN][4];
 #pragma unroll
       for (int c = 0; c < CPW; ++c)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) acc[c][j][0] = acc[c][j][1] = acc[c][j][2] = acc[c][j][3] = 0.f;
+        for (int j = 0; j < KN; ++j) acc[c][j][0] = acc[c][j][1] = acc[c][j][2] = acc[c][j][3] = 0.f;
       const uint32_t kb =
-          ptx::smem_addr(sK) + (16 * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
+          ptx::smem_addr(sK) + (KW * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
 #pragma unroll
       for (int kk = 0; kk < kStepsPerChain; ++kk)
 #pragma unroll
         for (int c = 0; c < CPW; ++c) {
           const uint32_t col_bytes = 32u * uint32_t((qk_ks * CPW + c) * kStepsPerChain + kk);
-          uint32_t a[4], b0, b1, b2, b3;
+          uint32_t a[4];
           ptx::ldmatrix_x4(qa + col_bytes, a[0], a[1], a[2], a[3]);
-          ptx::ldmatrix_x4(kb + col_bytes, b0, b1, b2, b3);
-          ptx::mma_16816<T>(acc[c][0], a, b0, b1);
-          ptx::mma_16816<T>(acc[c][1], a, b2, b3);
-        }
-      float* s_out = sScore + (qk_ks * HB + 16 * qk_m + g) * kScoreStride + 16 * qk_kg + 2 * tig;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+          for (int n = 0; n < KN / 2; ++n) {  // keys 16n .. 16n + 15 of the group
+            uint32_t b0, b1, b2, b3;
+            ptx::ldmatrix_x4(kb + uint32_t(16 * n * kRowBytes) + col_bytes, b0, b1, b2, b3);
+            ptx::mma_16816<T>(acc[c][2 * n], a, b0, b1);
+            ptx::mma_16816<T>(acc[c][2 * n + 1], a, b2, b3);
+          }
+        }
+      float* s_out = sScore + (qk_ks * HB + 16 * qk_m + g) * kScoreStride + KW * qk_kg + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < KN; ++j) {
         float v[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
