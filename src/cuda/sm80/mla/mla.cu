@@ -62,6 +62,8 @@ MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTun
   c.rows_per_block = rows_max <= 16 ? 16 : rows_max <= 32 ? 32 : 64;
   if (tune.rows_per_block == 16 || tune.rows_per_block == 32 || tune.rows_per_block == 64)
     c.rows_per_block = tune.rows_per_block;
+  // A100 (163 KB per block) cannot hold HB 64 with two tiles: fall back to HB 32 (same bits).
+  while (c.rows_per_block > 16 && smem_bytes(c.rows_per_block, 2) > caps.smem_per_block) c.rows_per_block /= 2;
   const int hb = c.rows_per_block;
   c.m_blocks = ceil_div(rows_max, hb);
   // Deepest ring that fits one CTA per SM (HB 64: 3 on H100/H200, 2 on A100; HB 16: 5).
