@@ -66,7 +66,7 @@ MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTun
   while (c.rows_per_block > 16 && smem_bytes(c.rows_per_block, 2) > caps.smem_per_block) c.rows_per_block /= 2;
   const int hb = c.rows_per_block;
   c.m_blocks = ceil_div(rows_max, hb);
-  // Deepest ring that fits one CTA per SM (HB 64: 3 on H100/H200, 2 on A100; HB 16: 5).
+  // Deepest ring that fits one CTA per SM (H100/H200: HB 64 3 tiles, HB 32 4, HB 16 5).
   c.stages = 0;
   for (int s = 5; s >= 2 && !c.stages; --s)
     if (smem_bytes(hb, s) <= caps.smem_per_block) c.stages = s;
