@@ -9,6 +9,8 @@
 #   OUT         where logs go (default: build-gpu/logs)
 #   DEPS        folder with googletest/ (source) and dlpack/dlpack.h, used when the system lacks them
 #   BENCH       full (default) | quick | none
+#   BENCHES     which bench/cuda/bench_<name>.cu to build and run (default: attention topk indexer sparse)
+#   BENCH_FILTER  only the cases whose name contains this (e.g. BENCHES=attention BENCH_FILTER=mla)
 #   SANITIZER   1 (default) | 0
 #   GTEST_FILTER  restricts the main GPU test run (default: all)
 #   ATTNSERVE_COMMIT  commit id for the log header when this is not a git checkout
@@ -118,6 +120,7 @@ if [ "$BENCH" != none ] && [ -f "$BUILD/libattnserve.a" ]; then
   done
   for p in "${pids[@]}"; do wait "$p"; done
   args=(); [ "$BENCH" = quick ] && args=(--quick)
+  [ -n "${BENCH_FILTER:-}" ] && args+=("$BENCH_FILTER")  # name substring, e.g. BENCHES=attention BENCH_FILTER=mla
   for b in $BENCHES; do
     if [ -x "$BUILD/bench_$b" ]; then
       rm -f "$OUT/bench_build_$b.log"

@@ -204,7 +204,8 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   report_flops(name, us, flops, bytes, note);
 }
 
-void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_len = 1) {
+void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_len = 1,
+               cuda::mla::MlaTuning tune = {}, bool deterministic = false) {
   if (!selected(name)) return;
   const int max_pages = (ctx + ps - 1) / ps, num_pages = b * max_pages, total_q = b * q_len;
   Buffer kv(size_t(num_pages) * ps * 576 * 2, Device::cuda());
@@ -237,15 +238,17 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
     a.lse = lse.view(DType::f32, {total_q, h_q});
     a.max_seqlen_q = q_len;
     a.softmax_scale = 0.1352337f;
+    a.deterministic = deterministic;
     return a;
   };
-  const auto cfg = cuda::mla::select(args(0), cuda::attn::current_device_caps(), {});
+  const auto cfg = cuda::mla::select(args(0), cuda::attn::current_device_caps(), tune);
   Buffer ws(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
-  const double us = median_us([&](int i) { mla_attention(args(i % sets), Workspace{ws.data(), ws.bytes()}); }, 3, 20);
+  const double us = median_us(
+      [&](int i) { cuda::mla::run(args(i % sets), Workspace{ws.data(), ws.bytes()}, {}, tune); }, 3, 20);
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
   const double bytes = double(b) * ctx * 576 * 2;
   char note[96];
-  std::snprintf(note, sizeof note, "[splits %d stages %d] %.0f%% of copy", cfg.num_splits, cfg.stages,
+  std::snprintf(note, sizeof note, "[hb %d splits %d stages %d] %.0f%% of copy", cfg.rows_per_block, cfg.num_splits, cfg.stages,
                 100.0 * bytes / us * 1e-3 / g_copy_gbs);
   report_flops(name, us, flops, bytes, note);
 }
@@ -357,6 +360,18 @@ int main(int argc, char** argv) {
   // MLA decode (portable path; Hopper fast path later).
   bench_mla("mla decode b128 hq16 8K page64", 128, 16, 8192, 64);
   bench_mla("mla decode b128 hq128 8K page64", 128, 128, 8192, 64);
+  bench_mla("mla decode b16 hq128 32K page64", 16, 128, 32768, 64);
+  bench_mla("mla decode b128 hq32 8K page64", 128, 32, 8192, 64);
+  bench_mla("mla verify b64 hq16 sq4 8K page64", 64, 16, 8192, 64, 4);
+  bench_mla("mla decode b128 hq128 8K page64 deterministic", 128, 128, 8192, 64, 1, {}, true);
+  bench_mla("mla decode b128 hq16 8K page1", 128, 16, 8192, 1);
+  if (!g_quick) {  // A/B within the run: pipeline depth at h_q 16, row block at h_q 128, a repeat for spread
+    for (int st : {3, 4})
+      bench_mla("mla sweep decode b128 hq16 8K page64 stages" + std::to_string(st), 128, 16, 8192, 64, 1,
+                cuda::mla::MlaTuning{0, st, 0});
+    bench_mla("mla sweep decode b128 hq128 8K page64 hb32", 128, 128, 8192, 64, 1, cuda::mla::MlaTuning{0, 0, 32});
+    bench_mla("mla repeat decode b128 hq128 8K page64", 128, 128, 8192, 64);
+  }
 
   // Prefill (portable path; Hopper fast path later).
   bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal", 1, 8192, 32, 8, 128);

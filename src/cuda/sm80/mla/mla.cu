@@ -36,32 +36,52 @@ void check_args(const MlaAttentionArgs& a) {
   ATTNSERVE_CHECK(a.q_nope.size(0) == 0 || a.max_seqlen_q > 0, kOp, ": max_seqlen_q must be > 0 on CUDA");
 }
 
+template <int HB>
+void launch(const Params& p, dim3 grid, std::size_t smem, cudaStream_t s) {
+  static const bool configured = [] {  // once per instantiation: the opt-in shared-memory limit
+    int dev = 0, optin = 0;
+    ATTNSERVE_CUDA_CHECK(cudaGetDevice(&dev));
+    ATTNSERVE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(mla_kernel<HB>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    return true;
+  }();
+  (void)configured;
+  mla_kernel<HB><<<grid, kThreads, smem, s>>>(p);
+  ATTNSERVE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTuning& tune) {
   MlaConfig c;
   const int h_q = int(a.q_nope.size(1));
   const int b = int(a.cache_seqlens.size(0));
+  // The block covers every packed row of a request up to 64 (each K/V byte read once per 64 rows);
+  // the batch's longest query picks it, which the bits do not depend on (mla_kernel.cuh).
   const int64_t rows_max = int64_t(std::max(1, a.max_seqlen_q)) * h_q;
-  c.m_blocks = ceil_div(rows_max, kRows);
-  const std::size_t two_ctas = (caps.smem_per_block + 1024) / 2 - 1024;
+  c.rows_per_block = rows_max <= 16 ? 16 : rows_max <= 32 ? 32 : 64;
+  if (tune.rows_per_block == 16 || tune.rows_per_block == 32 || tune.rows_per_block == 64)
+    c.rows_per_block = tune.rows_per_block;
+  // A100 (163 KB per block) cannot hold HB 64 with two tiles: fall back to HB 32 (same bits).
+  while (c.rows_per_block > 16 && smem_bytes(c.rows_per_block, 2) > caps.smem_per_block) c.rows_per_block /= 2;
+  const int hb = c.rows_per_block;
+  c.m_blocks = ceil_div(rows_max, hb);
+  // Deepest ring that fits one CTA per SM (H100/H200: HB 64 3 tiles, HB 32 4, HB 16 5).
   c.stages = 0;
-  for (int s = 3; s >= 2 && !c.stages; --s)
-    if (smem_bytes(s) <= two_ctas) c.stages = s;
-  for (int s = 4; s >= 2 && !c.stages; --s)
-    if (smem_bytes(s) <= caps.smem_per_block) c.stages = s;
-  if (tune.stages >= 2 && tune.stages <= 4) c.stages = tune.stages;
-  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": needs ", smem_bytes(2), " bytes of shared memory per block, the device allows ",
+  for (int s = 5; s >= 2 && !c.stages; --s)
+    if (smem_bytes(hb, s) <= caps.smem_per_block) c.stages = s;
+  if (tune.stages >= 2 && tune.stages <= kMaxStages && smem_bytes(hb, tune.stages) <= caps.smem_per_block)
+    c.stages = tune.stages;
+  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": needs ", smem_bytes(hb, 2), " bytes of shared memory per block, the device allows ",
                   caps.smem_per_block);
-  c.smem = smem_bytes(c.stages);
-  const int ctas_per_sm = c.smem <= two_ctas ? 2 : 1;
+  c.smem = smem_bytes(hb, c.stages);
   const int64_t max_keys = a.page_table.size(1) * a.kv_cache.size(1);
   const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), kTileKeys);
   if (a.deterministic) {
     c.split_keys = kDeterministicSplitKeys;
     c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));
   } else {
-    c.num_splits = heuristic_splits(int64_t(b) * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles / 4);  // >= 4 key tiles per split
+    c.num_splits = heuristic_splits(int64_t(b) * c.m_blocks, caps.num_sms, max_tiles / 4);  // >= 4 key tiles per split
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
   ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
@@ -121,18 +141,12 @@ void run(const MlaAttentionArgs& a, Workspace ws, Stream stream, const MlaTuning
     p.part_lse = reinterpret_cast<float*>(static_cast<char*>(ws.data) + align256(std::size_t(c.num_splits) * rows * kDv * 4));
   }
   cudaStream_t s = to_cuda(stream);
-  static bool configured = [] {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaFuncSetAttribute(mla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-    cudaFuncSetAttribute(mla_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    return true;
-  }();
-  (void)configured;
   const dim3 grid(unsigned(c.m_blocks), unsigned(c.num_splits), unsigned(b));
-  mla_kernel<<<grid, kThreads, c.smem, s>>>(p);
-  ATTNSERVE_CUDA_CHECK_LAUNCH();
+  switch (c.rows_per_block) {
+    case 16: launch<16>(p, grid, c.smem, s); break;
+    case 32: launch<32>(p, grid, c.smem, s); break;
+    default: launch<64>(p, grid, c.smem, s); break;
+  }
   if (c.num_splits > 1) {
     MergeInput in{p.part_o, rows * kDv, int64_t(h_q) * kDv, kDv, p.part_lse, rows, h_q, 1, c.num_splits, p.cu_seqlens_q, b};
     MergeOutput out{a.out.data, a.out.stride(0), a.out.stride(1), p.lse, p.lse_st, p.lse_sh};

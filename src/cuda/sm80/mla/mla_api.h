@@ -7,6 +7,7 @@
 namespace attnserve::cuda::mla {
 
 struct MlaConfig {
+  int rows_per_block = 16;  // HB: packed rows (q_row * h_q + head) per CTA, 16 / 32 / 64
   int m_blocks = 1;
   int stages = 2;
   int num_splits = 1;
@@ -17,6 +18,7 @@ struct MlaConfig {
 struct MlaTuning {
   int num_splits = 0;
   int stages = 0;
+  int rows_per_block = 0;  // 16, 32 or 64 forces HB (tests cover every block size on the same inputs)
 };
 
 MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTuning& tune);

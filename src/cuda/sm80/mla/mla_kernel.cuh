@@ -1,27 +1,52 @@
 // Portable MLA (absorbed) paged attention: one latent KV head, rows [c_kv (512) | k_rope (64)].
 // score = q_nope . c_kv + q_rope . k_rope, value = c_kv.
 //
-// One CTA = (16 packed rows, split, request); packed row = q_row * h_q + head, so every query
-// head of the request shares each K/V byte the CTA reads. Keys stream in tiles of 32 through a
-// cp.async pipeline. Warps split the 32 keys for Q.K^T (8 keys each, full 576-wide dot), meet in
-// shared memory for the row max / P / row sums, then split the 512 output columns for P.V
-// (128 each), so no warp holds more than a 16 x 128 f32 accumulator.
+// One CTA = (block of HB packed rows, split, request), 8 warps; packed row = q_row * h_q + head, so
+// every query head of the request in the block shares each K/V byte the CTA reads (h_q 128 with
+// HB 64: each byte is read by two CTAs, which run side by side and meet in L2).
+//
+//   per tile of 32 keys (a ring of `stages` tiles in flight, cp.async; token slots from the page
+//   table are loaded one tile ahead into a register, so no warp waits on a page-table read):
+//     QK^T     warps = (row tile m of 16) x (key group of 32 / KG) x (k-split of 576 / KS); partial
+//              scores to shared memory
+//     softmax  warps = (row tile m) x (slice of the 512 value dims); every warp of a row tile reads
+//              the same scores, so all of them hold identical running max / sum (online, base 2)
+//     P V      P from registers (bf16), V = the tile's first 512 columns via ldmatrix.trans
+//   two barriers per tile: one after the tile lands (it also frees the ring slot being refilled and
+//   the score buffer), one after the scores are written.
+//
+// HB = 64: 4 row tiles x 1 key group x 2 k-splits; PV 256 dims per warp (128 accumulators / lane)
+//          (32 keys per warp: each ldmatrix of Q feeds 4 mma, a quarter fewer shared-memory reads
+//          than 2 groups of 16, which the sparse kernel uses)
+// HB = 32: 2 x 2 x 2;                                PV 128 dims per warp
+// HB = 16: 1 x 2 x 4;                                PV  64 dims per warp
+//
+// Bits do not depend on HB (deterministic mode promises bits independent of the batch, and the batch's
+// longest query picks HB): every score is the same sum tree, four mma chains over k-steps
+// [9c, 9c + 9) added as (c0 + c1) + (c2 + c3), whichever warps run the chains; the softmax, P V and the
+// row sums see identical values in an identical order for every HB.
 #pragma once
 #include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
 
 #include "cuda/common/ptx.cuh"
 
 namespace attnserve::cuda::mla {
 
 constexpr int kDv = 512, kDr = 64, kDqk = kDv + kDr;
-constexpr int kThreads = 128;
-constexpr int kRows = 16;
+constexpr int kThreads = 256;                // 8 warps
 constexpr int kTileKeys = 32;
-constexpr int kRowBytes = kDqk * 2;  // 1152
-constexpr int kChunks = kDqk / 8;    // 72
+constexpr int kRowBytes = 1168;              // 576 bf16 padded by 16 bytes: 292 words = 4 mod 32, so the 8
+                                             // rows of an ldmatrix hit distinct banks
+constexpr int kChunks = kDqk * 2 / 16;       // 72 16-byte chunks per row
 constexpr int kTileBytes = kTileKeys * kRowBytes;
-constexpr int kPStride = 40;         // bf16 elements per P row (80 bytes: conflict-free ldmatrix)
+constexpr int kScoreStride = kTileKeys + 8;  // floats per score row
+constexpr int kChains = 4, kStepsPerChain = 9;  // the canonical score sum tree (36 k-steps of 16)
 constexpr int kDeterministicSplitKeys = 1024;
+constexpr int kMaxStages = 8;
 
 struct Params {
   const char* q_nope;  // [total_q, h_q, 512] bf16
@@ -46,12 +71,13 @@ struct Params {
   int causal, window_left, window_right;
 };
 
-constexpr std::size_t smem_bytes(int stages) {
-  return std::size_t(kRows) * kRowBytes + std::size_t(stages) * kTileBytes + kRows * kPStride * 2 + 2 * 4 * kRows * 4 +
-         3 * std::size_t(stages + 1) * kTileKeys * 4;  // page-id ring (2 * stages) and slot ring
-}
+constexpr int key_groups_of(int hb) { return hb == 64 ? 1 : 2; }
+constexpr int k_splits_of(int hb) { return 8 / (hb / 16 * key_groups_of(hb)); }
 
-__device__ __forceinline__ uint32_t swz(int r, int c) { return uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4)); }
+constexpr std::size_t smem_bytes(int hb, int stages) {
+  return std::size_t(hb) * kRowBytes + std::size_t(stages) * kTileBytes +
+         std::size_t(k_splits_of(hb)) * hb * kScoreStride * 4;
+}
 
 __device__ __forceinline__ void row_bounds(const Params& p, int q_row, int q_len, int k_len, int& lo, int& hi) {
   const int pos = k_len - q_len + q_row;
@@ -62,21 +88,35 @@ __device__ __forceinline__ void row_bounds(const Params& p, int q_row, int q_len
   if (p.window_left >= 0) lo = max(lo, pos - p.window_left);
 }
 
-__global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
+template <int HB>
+__global__ void __launch_bounds__(kThreads, 1) mla_kernel(const Params p) {
   using T = __nv_bfloat16;
+  constexpr int MT = HB / 16;              // row tiles of 16
+  constexpr int KG = key_groups_of(HB);    // QK key groups
+  constexpr int KW = kTileKeys / KG;       // keys per QK warp (16 or 32)
+  constexpr int KN = KW / 8;               // QK n-tiles per warp
+  constexpr int KS = k_splits_of(HB);      // QK k-splits
+  constexpr int CPW = kChains / KS;        // score chains per warp
+  constexpr int kPvWarps = 8 / MT;         // PV warps per row tile
+  constexpr int DVW = kDv / kPvWarps;      // value dims per PV warp
+  constexpr int NT = DVW / 8;              // PV n-tiles per warp
+  static_assert(KS * MT * KG == 8 && kChains % KS == 0 && NT % 2 == 0 && KN % 2 == 0, "warp layout");
+  static_assert(kTileKeys * kChunks % kThreads == 0, "uniform trip count (shuffles)");
+
   extern __shared__ __align__(128) char smem[];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   const int mb = blockIdx.x, split = blockIdx.y, r = blockIdx.z;
   const int q_start = p.cu_seqlens_q[r];
   const int q_len = p.cu_seqlens_q[r + 1] - q_start;
   const int k_len = p.cache_seqlens[r];
   const int rows_total = q_len * p.h_q;
-  const int row0 = mb * kRows;
+  const int row0 = mb * HB;
   if (row0 >= rows_total) return;
 
+  // Keys the block needs: the union of its rows' ranges, cut to this split (32-aligned tiles).
   int blo, bhi, unused;
   row_bounds(p, row0 / p.h_q, q_len, k_len, blo, unused);
-  row_bounds(p, (min(row0 + kRows, rows_total) - 1) / p.h_q, q_len, k_len, unused, bhi);
+  row_bounds(p, (min(row0 + HB, rows_total) - 1) / p.h_q, q_len, k_len, unused, bhi);
   int k_begin, k_end;
   if (p.split_keys > 0) {
     k_begin = max(split * p.split_keys, blo & ~(kTileKeys - 1));
@@ -89,20 +129,15 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
     k_end = min(k_begin + per, bhi + 1);
   }
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
+  const int stages = p.stages;
 
-  char* sQ = smem;
-  char* sKV = sQ + kRows * kRowBytes;
-  T* sP = reinterpret_cast<T*>(sKV + p.stages * kTileBytes);
-  float* sMax = reinterpret_cast<float*>(sP + kRows * kPStride);  // [4][16]
-  float* sSum = sMax + 4 * kRows;                                 // [4][16]
-  const int ring = p.stages + 1;
-  int* sSlot = reinterpret_cast<int*>(sSum + 4 * kRows);          // [ring][32] token slots per tile
-  const int pring = 2 * p.stages;  // page ids: the prologue reads them with no barrier before reuse
-  int* sPage = sSlot + ring * kTileKeys;                          // [pring][32] page ids per tile
+  char* sQ = smem;                                                  // [HB][kRowBytes]
+  char* sRing = sQ + HB * kRowBytes;                                // [stages][32][kRowBytes]
+  float* sScore = reinterpret_cast<float*>(sRing + stages * kTileBytes);  // [KS][HB][kScoreStride]
 
-  // Q rows: [q_nope | q_rope] -> one swizzled 576-wide row per packed row.
-  for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
-    const int row = idx / kChunks, ch = idx % kChunks;
+  // Q rows [q_nope | q_rope]; rows past the request are zeros (never stored). Committed with tile 0.
+  for (int idx = tid; idx < HB * kChunks; idx += kThreads) {
+    const int row = idx / kChunks, ch = idx - row * kChunks;
     const int pr = row0 + row;
     const bool valid = pr < rows_total;
     const char* src = p.q_nope;
@@ -112,182 +147,234 @@ __global__ void __launch_bounds__(kThreads) mla_kernel(const Params p) {
       src = ch < kDv / 8 ? p.q_nope + (tok * p.qn_st + h * p.qn_sh) * 2 + ch * 16
                          : p.q_rope + (tok * p.qr_st + h * p.qr_sh) * 2 + (ch - kDv / 8) * 16;
     }
-    ptx::cp_async_16(ptx::smem_addr(sQ + swz(row, ch)), src, valid ? 16 : 0);
+    ptx::cp_async_16(ptx::smem_addr(sQ + row * kRowBytes + ch * 16), src, valid ? 16 : 0);
   }
-  ptx::cp_async_commit();
 
-  // Page ids are cp.async'ed into a ring `stages` tiles ahead; warp 0 turns them into token slots
-  // one tile before their K/V load, so no thread waits on a page-table read.
+  // Lane = key of a tile. The page id is loaded a tile early; the slot is formed when the tile is
+  // issued. Keys past k_end, past the page table or on an invalid page land as zero rows (masked
+  // by position when past k_end; zeros keep NaN garbage of unused slots out of P V).
   const int* pt = p.page_table + int64_t(r) * p.pt_st;
-  auto issue_pages = [&](int tile) {
-    if (tile >= n_tiles) return;
-    const int j0 = k_begin + tile * kTileKeys;
-    const int p0 = j0 / p.page_size, p1 = (min(j0 + kTileKeys, k_end) - 1) / p.page_size;
-    if (tid <= p1 - p0) {
-      const int pi = p0 + tid;
-      const bool ok = pi < p.max_pages;
-      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % pring) * kTileKeys + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
-    }
-  };
-  auto make_slots = [&](int tile) {  // by threads 0..31, from landed page ids
-    if (tile >= n_tiles || tid >= kTileKeys) return;
-    const int j0 = k_begin + tile * kTileKeys, j = j0 + tid;
+  auto load_page = [&](int tile) {
+    const int j = k_begin + tile * kTileKeys + lane;
     const int pi = j / p.page_size;
-    int slot = -1;
-    if (j < k_end && pi < p.max_pages) {
-      const int page = sPage[(tile % pring) * kTileKeys + pi - j0 / p.page_size];
-      if (page >= 0 && page < p.num_pages) slot = page * p.page_size + (j - pi * p.page_size);
-    }
-    sSlot[(tile % ring) * kTileKeys + tid] = slot;
+    return (tile < n_tiles && j < k_end && pi < p.max_pages) ? __ldg(pt + pi) : -1;
   };
-  auto issue = [&](int tile) {
-    char* dst = sKV + (tile % p.stages) * kTileBytes;
-    const int* slots = sSlot + (tile % ring) * kTileKeys;
-    for (int idx = tid; idx < kTileKeys * kChunks; idx += kThreads) {
-      const int row = idx / kChunks, ch = idx % kChunks;
-      const int slot = slots[row];
-      ptx::cp_async_16(ptx::smem_addr(dst + swz(row, ch)), p.kv + int64_t(slot >= 0 ? slot : 0) * p.kv_stok + ch * 16,
-                       slot >= 0 ? 16 : 0);
+  auto slot_of = [&](int tile, int page) {
+    const int j = k_begin + tile * kTileKeys + lane;
+    return (page >= 0 && page < p.num_pages) ? page * p.page_size + (j % p.page_size) : -1;
+  };
+  auto issue = [&](int tile, int sid) {
+    char* dst = sRing + (tile % stages) * kTileBytes;
+#pragma unroll 3
+    for (int c = tid; c < kTileKeys * kChunks; c += kThreads) {
+      const int key = c / kChunks, ch = c - key * kChunks;
+      const int s = __shfl_sync(0xffffffffu, sid, key);
+      const char* src = s >= 0 ? p.kv + int64_t(s) * p.kv_stok + ch * 16 : p.kv;
+      ptx::cp_async_16(ptx::smem_addr(dst + key * kRowBytes + ch * 16), src, s >= 0 ? 16 : 0);
     }
   };
 
-  // Per-thread rows g and g + 8 of the 16-row block.
-  const int g = lane >> 2, tq = lane & 3;
-  int lo0, hi0, lo1, hi1;
-  {
-    const int pr0 = row0 + g, pr1 = row0 + g + 8;
-    if (pr0 < rows_total) row_bounds(p, pr0 / p.h_q, q_len, k_len, lo0, hi0); else { lo0 = 0; hi0 = -1; }
-    if (pr1 < rows_total) row_bounds(p, pr1 / p.h_q, q_len, k_len, lo1, hi1); else { lo1 = 0; hi1 = -1; }
-    hi0 = min(hi0, k_end - 1);
-    hi1 = min(hi1, k_end - 1);
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < n_tiles) issue(s, slot_of(s, load_page(s)));
+    ptx::cp_async_commit();
   }
-  const int lo_max = max(lo0, lo1), hi_min = min(hi0, hi1);
+  int page_next = load_page(stages - 1);
+
+  // Roles.
+  const int qk_m = warp / (KG * KS), qk_kg = (warp / KS) % KG, qk_ks = warp % KS;
+  const int pv_m = warp / kPvWarps, pv_dv = warp % kPvWarps;
+
+  // Visible key range of this lane's two rows (g, g + 8 of row tile pv_m), cut to the split.
+  int lo[2], hi[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = row0 + 16 * pv_m + g + 8 * i;
+    if (pr < rows_total) {
+      row_bounds(p, pr / p.h_q, q_len, k_len, lo[i], hi[i]);
+      hi[i] = min(hi[i], k_end - 1);
+    } else {
+      lo[i] = 0;
+      hi[i] = -1;
+    }
+  }
   const float s_cap_in = p.softcap > 0.f ? p.scale_log2 / (p.softcap * 1.4426950408889634f) : 0.f;
   const float s_cap_out = p.softcap * 1.4426950408889634f;
 
-  float o[16][4];
+  float m_run[2] = {-INFINITY, -INFINITY};  // base-2 scaled running max of rows g, g + 8
+  float l_run[2] = {0.f, 0.f};              // this lane's partial row sums
+  float o[NT][4];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-  // Prologue: group 0 = Q + page ids of the first `stages` tiles; then one group per K/V tile,
-  // carrying the page ids of the tile `stages` further on.
-  for (int s = 0; s < p.stages; ++s) issue_pages(s);
-  ptx::cp_async_commit();
-  ptx::cp_async_wait<0>();
-  __syncthreads();
-  for (int s = 0; s < p.stages; ++s) make_slots(s);
-  __syncthreads();
-  for (int s = 0; s < p.stages - 1; ++s) {
-    if (s < n_tiles) issue(s);
-    issue_pages(s + p.stages);
-    ptx::cp_async_commit();
-  }
+  const uint32_t qa = ptx::smem_addr(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
 
-  const uint32_t sQa = ptx::smem_addr(sQ), sPa = ptx::smem_addr(sP);
   for (int t = 0; t < n_tiles; ++t) {
-    const int nt = t + p.stages - 1;
-    ptx::cp_async_wait_dyn(p.stages - 2);
-    __syncthreads();
-    if (nt < n_tiles) issue(nt);
-    issue_pages(nt + p.stages);
-    ptx::cp_async_commit();
-    make_slots(nt + 1);  // its page ids came with tile t's group
+    ptx::cp_async_wait_dyn(stages - 2);  // tile t (and Q) landed for this thread's copies
+    __syncthreads();                     // ... for all; tile t - 1 and the scores are free
+    {
+      const int tn = t + stages - 1;
+      if (tn < n_tiles) issue(tn, slot_of(tn, page_next));
+      ptx::cp_async_commit();
+      page_next = load_page(tn + 1);  // used next iteration: its latency hides behind this tile
+    }
+    const char* sK = sRing + (t % stages) * kTileBytes;
 
-    const uint32_t sKa = ptx::smem_addr(sKV + (t % p.stages) * kTileBytes);
-    // S (16 x 8) = Q K^T for keys warp*8 .. warp*8+7, over 576 dims (two k-steps per ldmatrix.x4).
-    float s[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 6
-    for (int kk = 0; kk < kDqk / 16; kk += 2) {
-      uint32_t a[4], a2[4], b0, b1, b2, b3;
-      ptx::ldmatrix_x4(sQa + swz(lane & 15, 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
-      ptx::ldmatrix_x4(sQa + swz(lane & 15, 2 * kk + 2 + (lane >> 4)), a2[0], a2[1], a2[2], a2[3]);
-      ptx::ldmatrix_x4(sKa + swz(warp * 8 + (lane & 7), 2 * kk + (lane >> 3)), b0, b1, b2, b3);
-      ptx::mma_16816<T>(s, a, b0, b1);
-      ptx::mma_16816<T>(s, a2, b2, b3);
-    }
-    const int kbase = k_begin + t * kTileKeys + warp * 8;
-    const bool need_mask = kbase < lo_max || kbase + 7 > hi_min;
+    // ---- QK^T: S[16 rows of qk_m][KW keys of qk_kg], chains [qk_ks * CPW, + CPW).
+    {
+      float acc[CPW][KN][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float x = p.softcap > 0.f ? s_cap_out * tanhf(s[e] * s_cap_in) : s[e] * p.scale_log2;
-      if (need_mask) {
-        const int j = kbase + 2 * tq + (e & 1);
-        const bool vis = e < 2 ? (j >= lo0 && j <= hi0) : (j >= lo1 && j <= hi1);
-        x = vis ? x : -INFINITY;
-      }
-      s[e] = x;
-    }
-    float mx0 = ptx::quad_max(fmaxf(s[0], s[1])), mx1 = ptx::quad_max(fmaxf(s[2], s[3]));
-    if (tq == 0) {
-      sMax[warp * kRows + g] = mx0;
-      sMax[warp * kRows + g + 8] = mx1;
-    }
-    __syncthreads();
-    mx0 = fmaxf(fmaxf(sMax[g], sMax[kRows + g]), fmaxf(sMax[2 * kRows + g], sMax[3 * kRows + g]));
-    mx1 = fmaxf(fmaxf(sMax[g + 8], sMax[kRows + g + 8]), fmaxf(sMax[2 * kRows + g + 8], sMax[3 * kRows + g + 8]));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float bs0 = mn0 == -INFINITY ? 0.f : mn0, bs1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m0 - bs0), al1 = exp2f(m1 - bs1);
-    m0 = mn0;
-    m1 = mn1;
-    const float p0 = exp2f(s[0] - bs0), p1 = exp2f(s[1] - bs0), p2 = exp2f(s[2] - bs1), p3 = exp2f(s[3] - bs1);
-    *reinterpret_cast<uint32_t*>(sP + g * kPStride + warp * 8 + 2 * tq) = ptx::pack2<T>(p0, p1);
-    *reinterpret_cast<uint32_t*>(sP + (g + 8) * kPStride + warp * 8 + 2 * tq) = ptx::pack2<T>(p2, p3);
-    const float ps0 = ptx::quad_sum(p0 + p1), ps1 = ptx::quad_sum(p2 + p3);
-    if (tq == 0) {
-      sSum[warp * kRows + g] = ps0;
-      sSum[warp * kRows + g + 8] = ps1;
-    }
-    __syncthreads();
-    l0 = l0 * al0 + ((sSum[g] + sSum[kRows + g]) + (sSum[2 * kRows + g] + sSum[3 * kRows + g]));
-    l1 = l1 * al1 + ((sSum[g + 8] + sSum[kRows + g + 8]) + (sSum[2 * kRows + g + 8] + sSum[3 * kRows + g + 8]));
+      for (int c = 0; c < CPW; ++c)
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      o[i][0] *= al0; o[i][1] *= al0;
-      o[i][2] *= al1; o[i][3] *= al1;
-    }
-    // O[:, warp*128 .. +128] += P (16 x 32) V (32 x 128)
+        for (int j = 0; j < KN; ++j) acc[c][j][0] = acc[c][j][1] = acc[c][j][2] = acc[c][j][3] = 0.f;
+      const uint32_t kb =
+          ptx::smem_addr(sK) + (KW * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
 #pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-      uint32_t a[4];
-      ptx::ldmatrix_x4(sPa + uint32_t((lane & 15) * kPStride * 2 + (2 * kk + (lane >> 4)) * 16), a[0], a[1], a[2], a[3]);
+      for (int kk = 0; kk < kStepsPerChain; ++kk)
 #pragma unroll
-      for (int dp = 0; dp < 8; ++dp) {
-        uint32_t v0, v1, v2, v3;
-        ptx::ldmatrix_x4_trans(sKa + swz(kk * 16 + (lane & 15), warp * 16 + 2 * dp + (lane >> 4)), v0, v1, v2, v3);
-        ptx::mma_16816<T>(o[2 * dp], a, v0, v1);
-        ptx::mma_16816<T>(o[2 * dp + 1], a, v2, v3);
+        for (int c = 0; c < CPW; ++c) {
+          const uint32_t col_bytes = 32u * uint32_t((qk_ks * CPW + c) * kStepsPerChain + kk);
+          uint32_t a[4];
+          ptx::ldmatrix_x4(qa + col_bytes, a[0], a[1], a[2], a[3]);
+#pragma unroll
+          for (int n = 0; n < KN / 2; ++n) {  // keys 16n .. 16n + 15 of the group
+            uint32_t b0, b1, b2, b3;
+            ptx::ldmatrix_x4(kb + uint32_t(16 * n * kRowBytes) + col_bytes, b0, b1, b2, b3);
+            ptx::mma_16816<T>(acc[c][2 * n], a, b0, b1);
+            ptx::mma_16816<T>(acc[c][2 * n + 1], a, b2, b3);
+          }
+        }
+      float* s_out = sScore + (qk_ks * HB + 16 * qk_m + g) * kScoreStride + KW * qk_kg + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < KN; ++j) {
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (CPW == 4) v[e] = (acc[0][j][e] + acc[1][j][e]) + (acc[2][j][e] + acc[3][j][e]);
+          else if constexpr (CPW == 2) v[e] = acc[0][j][e] + acc[1][j][e];
+          else v[e] = acc[0][j][e];
+        }
+        *reinterpret_cast<float2*>(s_out + 8 * j) = make_float2(v[0], v[1]);
+        *reinterpret_cast<float2*>(s_out + 8 * kScoreStride + 8 * j) = make_float2(v[2], v[3]);
       }
     }
     __syncthreads();
+
+    // ---- online softmax over the tile (rows g, g + 8 of row tile pv_m).
+    const int kbase = k_begin + t * kTileKeys;
+    float sv[2][2][4];  // [row i][k-step kk][cols 16kk + 2tig + {0,1}, 16kk + 8 + 2tig + {0,1}]
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int col = 16 * kk + 8 * half + 2 * tig;
+          const float* src = sScore + (16 * pv_m + g + 8 * i) * kScoreStride + col;
+          float2 x[KS];
+#pragma unroll
+          for (int ks = 0; ks < KS; ++ks) x[ks] = *reinterpret_cast<const float2*>(src + ks * HB * kScoreStride);
+          float v0, v1;
+          if constexpr (KS == 4) {
+            v0 = (x[0].x + x[1].x) + (x[2].x + x[3].x);
+            v1 = (x[0].y + x[1].y) + (x[2].y + x[3].y);
+          } else if constexpr (KS == 2) {
+            v0 = x[0].x + x[1].x;
+            v1 = x[0].y + x[1].y;
+          } else {
+            v0 = x[0].x;
+            v1 = x[0].y;
+          }
+          if (p.softcap > 0.f) {
+            v0 = s_cap_out * tanhf(v0 * s_cap_in);
+            v1 = s_cap_out * tanhf(v1 * s_cap_in);
+          } else {
+            v0 *= p.scale_log2;
+            v1 *= p.scale_log2;
+          }
+          const int j = kbase + col;
+          sv[i][kk][2 * half] = (j >= lo[i] && j <= hi[i]) ? v0 : -INFINITY;
+          sv[i][kk][2 * half + 1] = (j + 1 >= lo[i] && j + 1 <= hi[i]) ? v1 : -INFINITY;
+        }
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tmax = fmaxf(tmax, sv[i][kk][e]);
+      tmax = ptx::quad_max(tmax);
+      const float m_new = fmaxf(m_run[i], tmax);
+      alpha[i] = m_run[i] == -INFINITY ? 0.f : exp2f(m_run[i] - m_new);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sv[i][kk][e] = exp2f(sv[i][kk][e] - m_use);
+          sum += sv[i][kk][e];
+        }
+      l_run[i] = l_run[i] * alpha[i] + sum;
+      m_run[i] = m_new;
+    }
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+      }
+    }
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      pa[kk][0] = ptx::pack2<T>(sv[0][kk][0], sv[0][kk][1]);  // row g, cols 16kk + 2tig
+      pa[kk][1] = ptx::pack2<T>(sv[1][kk][0], sv[1][kk][1]);  // row g + 8
+      pa[kk][2] = ptx::pack2<T>(sv[0][kk][2], sv[0][kk][3]);  // row g, cols + 8
+      pa[kk][3] = ptx::pack2<T>(sv[1][kk][2], sv[1][kk][3]);  // row g + 8, cols + 8
+    }
+
+    // ---- O[16 rows][DVW dims] += P[16][32] V[32][DVW].
+    {
+      const uint32_t vb = ptx::smem_addr(sK) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes +
+                          2 * (pv_dv * DVW + 8 * (lane >> 4));
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+        for (int j = 0; j < NT / 2; ++j) {
+          uint32_t b0, b1, b2, b3;
+          ptx::ldmatrix_x4_trans(vb + uint32_t(kk * 16 * kRowBytes + j * 32), b0, b1, b2, b3);
+          ptx::mma_16816<T>(o[2 * j], pa[kk], b0, b1);
+          ptx::mma_16816<T>(o[2 * j + 1], pa[kk], b2, b3);
+        }
+    }
+    // No barrier here: the next iteration's first barrier frees this tile's slot and the scores.
   }
   ptx::cp_async_wait<0>();
 
-  // Epilogue: rows g, g+8; columns warp*128 + i*8 + 2*tq.
+  // ---- epilogue: rows g, g + 8 of row tile pv_m; columns pv_dv * DVW + 8j + 2tig.
   const bool direct = p.num_splits == 1;
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int pr = row0 + g + 8 * half;
+  for (int i = 0; i < 2; ++i) {
+    const float l = ptx::quad_sum(l_run[i]);
+    const int pr = row0 + 16 * pv_m + g + 8 * i;
     if (pr >= rows_total) continue;
     const int qr = pr / p.h_q, h = pr - qr * p.h_q;
     const int64_t tok = q_start + qr;
-    const float inv = half ? inv1 : inv0;
-    const float l = half ? l1 : l0, m = half ? m1 : m0;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    if (direct) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + (tok * p.o_st + int64_t(h) * p.o_sh + pv_dv * DVW + 2 * tig) * 2);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int col = warp * 128 + i * 8 + 2 * tq;
-      const float x = o[i][2 * half] * inv, y = o[i][2 * half + 1] * inv;
-      if (direct) {
-        *reinterpret_cast<uint32_t*>(p.out + (tok * p.o_st + int64_t(h) * p.o_sh + col) * 2) = ptx::pack2<T>(x, y);
-      } else {
-        *reinterpret_cast<float2*>(p.part_o + ((int64_t(split) * p.total_q + tok) * p.h_q + h) * kDv + col) =
-            make_float2(x, y);
-      }
+      for (int j = 0; j < NT; ++j) dst[4 * j] = ptx::pack2<T>(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+    } else {
+      float* dst = p.part_o + ((int64_t(split) * p.total_q + tok) * p.h_q + h) * kDv + pv_dv * DVW + 2 * tig;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
     }
-    if (warp == 0 && tq == 0) {
-      const float lse = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
+    if (pv_dv == 0 && tig == 0) {
+      const float lse = l > 0.f ? (m_run[i] + log2f(l)) * 0.6931471805599453f : -INFINITY;
       if (direct) {
         if (p.lse) p.lse[tok * p.lse_st + int64_t(h) * p.lse_sh] = lse;
       } else {
