@@ -46,6 +46,7 @@ struct Config {
   int page_shifts = 1;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
+  bool sm90 = false;    // the Hopper kernel (src/cuda/sm90/attention) runs this call
 };
 
 // Optional overrides (benchmarks and tests only): 0 keeps the selector's choice.
@@ -54,6 +55,9 @@ struct Tuning {
   int stages = 0;
   int mt = 0;
   int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
+  // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
+  // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel), 1 whenever it supports the call.
+  int sm90 = -1;
 };
 
 constexpr int kThreads = 128;
