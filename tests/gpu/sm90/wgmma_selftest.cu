@@ -28,11 +28,18 @@ __device__ void store_panels(char* s, const uint16_t* g, int rows, int cols) {
   }
 }
 
+// Dynamic shared memory (the operands exceed the 48 KB static limit), rounded up to the
+// 1024-byte swizzle atom; launches add 1024 bytes of slack.
+__device__ char* smem_1024() {
+  extern __shared__ char dyn_smem[];
+  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(dyn_smem) + 1023) & ~uintptr_t(1023));
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) qk_kernel(const uint16_t* a, const uint16_t* b, float* s_out) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  __shared__ __align__(1024) char sA[2 * 128 * 128];  // 128 rows x 128 K: 2 panels
-  __shared__ __align__(1024) char sB[2 * 128 * 128];
+  char* sA = smem_1024();      // 128 rows x 128 K: 2 panels
+  char* sB = sA + 2 * 128 * 128;
   store_panels(sA, a, 128, 128);
   store_panels(sB, b, 128, 128);
   w::fence_proxy_async();
@@ -77,7 +84,7 @@ __device__ void pv_step(float (&s)[64], uint32_t vaddr, float (&o)[D / 2]) {
 template <typename T, int D>
 __global__ void __launch_bounds__(128) pv_kernel(const float* p, const uint16_t* v, float* o_out) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  __shared__ __align__(1024) char sV[(D / 64) * 128 * 128];  // 128 keys x D
+  char* sV = smem_1024();  // 128 keys x D
   store_panels(sV, v, 128, D);
   w::fence_proxy_async();
   __syncthreads();
@@ -95,9 +102,9 @@ template <typename T>
 __global__ void __launch_bounds__(128) qk_pv_kernel(const uint16_t* a, const uint16_t* b, const uint16_t* v,
                                                     float* o_out) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  __shared__ __align__(1024) char sA[2 * 64 * 128];   // 64 rows x 128 K
-  __shared__ __align__(1024) char sB[2 * 128 * 128];  // 128 keys x 128 K
-  __shared__ __align__(1024) char sV[2 * 128 * 128];  // 128 keys x 128 d
+  char* sA = smem_1024();           // 64 rows x 128 K
+  char* sB = sA + 2 * 64 * 128;     // 128 keys x 128 K
+  char* sV = sB + 2 * 128 * 128;    // 128 keys x 128 d
   store_panels(sA, a, 64, 128);
   store_panels(sB, b, 128, 128);
   store_panels(sV, v, 128, 128);
@@ -139,6 +146,12 @@ std::string finish(float* dev_out, std::vector<float>& host_out, size_t n) {
   return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
 }
 
+template <typename Kernel, typename... Args>
+void launch(Kernel k, int threads, int smem, Args... args) {
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem + 1024);
+  k<<<1, threads, smem + 1024>>>(args...);
+}
+
 template <typename X>
 void put(Dev<X>& d, const std::vector<X>& h) {
   cudaMemcpy(d.p, h.data(), h.size() * sizeof(X), cudaMemcpyHostToDevice);
@@ -152,8 +165,10 @@ std::string run_qk_ss(bool f16, const std::vector<uint16_t>& a, const std::vecto
   put(da, a);
   put(db, b);
   cudaMemset(ds.p, 0xff, 128 * 128 * 4);
-  if (f16) qk_kernel<__half><<<1, 256>>>(da.p, db.p, ds.p);
-  else qk_kernel<__nv_bfloat16><<<1, 256>>>(da.p, db.p, ds.p);
+  const uint16_t *ap = da.p, *bp = db.p;
+  const int smem = 2 * 2 * 128 * 128;
+  if (f16) launch(qk_kernel<__half>, 256, smem, ap, bp, ds.p);
+  else launch(qk_kernel<__nv_bfloat16>, 256, smem, ap, bp, ds.p);
   return finish(ds.p, s, 128 * 128);
 }
 
@@ -164,12 +179,15 @@ std::string run_pv_rs(bool f16, int d, const std::vector<float>& p, const std::v
   put(dp, p);
   put(dv, v);
   cudaMemset(dout.p, 0xff, size_t(64) * d * 4);
+  const int smem = (d / 64) * 128 * 128;
+  const float* pp = dp.p;
+  const uint16_t* vp = dv.p;
   if (d == 128) {
-    if (f16) pv_kernel<__half, 128><<<1, 128>>>(dp.p, dv.p, dout.p);
-    else pv_kernel<__nv_bfloat16, 128><<<1, 128>>>(dp.p, dv.p, dout.p);
+    if (f16) launch(pv_kernel<__half, 128>, 128, smem, pp, vp, dout.p);
+    else launch(pv_kernel<__nv_bfloat16, 128>, 128, smem, pp, vp, dout.p);
   } else {
-    if (f16) pv_kernel<__half, 64><<<1, 128>>>(dp.p, dv.p, dout.p);
-    else pv_kernel<__nv_bfloat16, 64><<<1, 128>>>(dp.p, dv.p, dout.p);
+    if (f16) launch(pv_kernel<__half, 64>, 128, smem, pp, vp, dout.p);
+    else launch(pv_kernel<__nv_bfloat16, 64>, 128, smem, pp, vp, dout.p);
   }
   return finish(dout.p, o, size_t(64) * d);
 }
@@ -182,8 +200,10 @@ std::string run_qk_pv(bool f16, const std::vector<uint16_t>& a, const std::vecto
   put(db, b);
   put(dv, v);
   cudaMemset(dout.p, 0xff, 64 * 128 * 4);
-  if (f16) qk_pv_kernel<__half><<<1, 128>>>(da.p, db.p, dv.p, dout.p);
-  else qk_pv_kernel<__nv_bfloat16><<<1, 128>>>(da.p, db.p, dv.p, dout.p);
+  const int smem = 2 * 64 * 128 + 2 * 2 * 128 * 128;
+  const uint16_t *ap = da.p, *bp = db.p, *vp = dv.p;
+  if (f16) launch(qk_pv_kernel<__half>, 128, smem, ap, bp, vp, dout.p);
+  else launch(qk_pv_kernel<__nv_bfloat16>, 128, smem, ap, bp, vp, dout.p);
   return finish(dout.p, o, 64 * 128);
 }
 
