@@ -1,7 +1,7 @@
 // The Hopper (sm_90a, wgmma) paged-attention kernel against the CPU oracle, through the same
 // random cases as the portable kernel (gpu_attention_case.h: shuffled pages, garbage past the used
 // table columns, NaN in unowned slots, rows outside the batch untouched, two runs bit-identical).
-// Tuning::sm90 = 1 forces the Hopper kernel; each case first checks the selector picked it.
+// Tuning::sm90 = 1 / 2 forces each Hopper kernel; each case first checks the selector picked it.
 // Covers prefill b1 long, extend with prefixes (varlen, zero-length q), causal on/off, windows,
 // softcap, GQA 32/8, 16/2, 8/8, 16/1, page sizes 1/16/64, LSE on/off, lengths off the tile, d 64, f16.
 #include "gpu_attention_case.h"
@@ -27,19 +27,23 @@ std::vector<int> with_prefix(std::mt19937_64& g, const std::vector<int>& q_lens,
   return k;
 }
 
-// Forces the Hopper kernel, checks that the selector takes it for this spec, then runs the case.
+// Runs the spec through each Hopper kernel (Tuning::sm90 = kCoop, then kWarpSpecialized): checks
+// that the selector takes it, then the full case against the oracle.
 void check_sm90(AttnSpec s, std::mt19937_64& g) {
-  s.tuning.sm90 = 1;
-  {
-    std::mt19937_64 g_shape(1);
-    AttnCase c(s, g_shape);  // host views: the selector reads shapes and dtypes only
-    const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
-                                        c.q_view, TensorView{}, TensorView{}, TensorView{});
-    const cuda::attn::Config cfg = cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning);
-    ASSERT_TRUE(cfg.sm90) << "the selector did not pick the Hopper kernel";
-    EXPECT_EQ(cfg.ws_bytes, 0u);
+  for (int variant : {1, 2}) {
+    SCOPED_TRACE(variant == 1 ? "kernel kCoop (2 warpgroups load + compute)" : "kernel kWarpSpecialized (producer + 2 consumers)");
+    s.tuning.sm90 = variant;
+    {
+      std::mt19937_64 g_shape(1);
+      AttnCase c(s, g_shape);  // host views: the selector reads shapes and dtypes only
+      const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
+                                          c.q_view, TensorView{}, TensorView{}, TensorView{});
+      const cuda::attn::Config cfg = cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning);
+      ASSERT_EQ(cfg.sm90, variant) << "the selector did not pick the Hopper kernel";
+      EXPECT_EQ(cfg.ws_bytes, 0u);
+    }
+    check_case(s, g);
   }
-  check_case(s, g);
 }
 
 }  // namespace
@@ -51,7 +55,7 @@ TEST(GpuAttentionSm90, AutoSelectsHopperForPrefillOnly) {
     AttnCase c(s, g);
     const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
                                         c.q_view, TensorView{}, TensorView{}, TensorView{});
-    return cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning).sm90;
+    return cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning).sm90 != 0;
   };
   AttnSpec prefill;
   prefill.q_lens = {2048};

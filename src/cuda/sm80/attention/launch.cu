@@ -87,11 +87,11 @@ bool sm90_env_allowed() {
 
 // The Hopper kernel supports the call: built, sm_90 device, bf16/f16 K/V of q's dtype, d 64/128,
 // no descale, not deterministic (its row blocks differ from the portable MT = 1 order).
-bool sm90_supports(const PagedAttentionArgs& a, const DeviceCaps& caps) {
+bool sm90_supports(const PagedAttentionArgs& a, const DeviceCaps& caps, int variant) {
   const int d = int(a.q.size(2));
   return attn90::kBuilt && caps.arch == 90 && a.k_cache.dtype == a.q.dtype && (d == 64 || d == 128) &&
          a.k_descale.empty_view() && a.v_descale.empty_view() && !a.deterministic &&
-         attn90::smem_bytes(d) <= caps.smem_per_block;
+         attn90::smem_bytes(d, variant) <= caps.smem_per_block;
 }
 
 }  // namespace
@@ -154,14 +154,16 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
   const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
-  const bool want90 = tune.sm90 == 1 ||
+  // Auto picks kCoop until the warp-specialized kernel has been measured on the device.
+  const int variant = tune.sm90 == attn90::kWarpSpecialized ? attn90::kWarpSpecialized : attn90::kCoop;
+  const bool want90 = tune.sm90 > 0 ||
                       (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
-  if (want90 && sm90_supports(a, caps)) {
-    c.sm90 = true;
+  if (want90 && sm90_supports(a, caps, variant)) {
+    c.sm90 = variant;
     c.num_splits = 1;
     c.split_keys = 0;
     c.m_blocks = ceil_div(rows_max, attn90::kRows);
-    c.smem = attn90::smem_bytes(d);
+    c.smem = attn90::smem_bytes(d, variant);
     return c;
   }
   if (c.num_splits > 1) {
@@ -241,7 +243,7 @@ void run(const PagedAttentionArgs& a, Workspace ws, Stream stream, const Tuning&
   cudaStream_t s = to_cuda(stream);
 #ifdef ATTNSERVE_HAVE_SM90
   if (c.sm90) {
-    attn90::launch_paged_attention(p, a.q.dtype, d, c.m_blocks, b, s);
+    attn90::launch_paged_attention(p, a.q.dtype, d, c.sm90, c.m_blocks, b, s);
     ATTNSERVE_CUDA_CHECK_LAUNCH();
     return;
   }

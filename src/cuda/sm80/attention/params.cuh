@@ -46,7 +46,7 @@ struct Config {
   int page_shifts = 1;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
-  bool sm90 = false;    // the Hopper kernel (src/cuda/sm90/attention) runs this call
+  int sm90 = 0;         // Hopper kernel running this call (src/cuda/sm90/attention/config.h Variant), 0: none
 };
 
 // Optional overrides (benchmarks and tests only): 0 keeps the selector's choice.
@@ -56,7 +56,8 @@ struct Tuning {
   int mt = 0;
   int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
-  // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel), 1 whenever it supports the call.
+  // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop) or 2 (kWarpSpecialized): that
+  // Hopper kernel whenever it supports the call.
   int sm90 = -1;
 };
 

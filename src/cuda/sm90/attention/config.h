@@ -5,16 +5,32 @@
 
 namespace attnserve::cuda::attn90 {
 
-constexpr int kThreads = 256;        // 2 consumer warpgroups, each 64 packed rows; all threads load
+// Two kernels share the tile math (tile_math.cuh) and differ in who loads:
+//   kCoop (1): 256 threads = 2 consumer warpgroups that also issue the cp.async loads; a CTA
+//              barrier per tile; 2 stages.
+//   kWarpSpecialized (2): 384 threads = a producer warpgroup (cp.async, setmaxnreg down) and 2
+//              consumer warpgroups (setmaxnreg up) synchronized by full/empty mbarriers; 3 stages,
+//              so the consumer warpgroups drift apart and overlap softmax with wgmma.
+enum Variant : int { kCoop = 1, kWarpSpecialized = 2 };
+
+constexpr int kThreads = 256;
+constexpr int kThreadsWs = 384;
 constexpr int kRows = 128;           // packed (q_row * group + head) rows per CTA
 constexpr int kTileKeys = 128;       // keys per pipeline stage: the N of S = Q K^T (m64n128k16)
-constexpr int kStages = 2;           // cp.async double buffer: 160 KB at d 128, one CTA per SM
+constexpr int kStages = 2;           // kCoop: 160 KB at d 128
+constexpr int kStagesWs = 3;         // kWarpSpecialized: 224 KB at d 128 (the producer signals one tile late)
+constexpr int kProducerRegs = 72;    // setmaxnreg: 128 * 72 + 256 * 216 <= 65536
+constexpr int kConsumerRegs = 216;
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
-// Q tile + stages x {K, V} tiles, each stored as d/64 SW128 panels of rows x 128 bytes.
-constexpr std::size_t smem_bytes(int d) {
+constexpr int stages_of(int variant) { return variant == kWarpSpecialized ? kStagesWs : kStages; }
+
+// Q tile + stages x {K, V} tiles, each d/64 SW128 panels of rows x 128 bytes; + mbarriers.
+constexpr std::size_t smem_bytes(int d, int variant = kCoop) {
   const std::size_t panel_rows = std::size_t(d / 64) * 128;
-  return kAlignSlack + std::size_t(kRows) * panel_rows + std::size_t(kStages) * 2 * kTileKeys * panel_rows;
+  const std::size_t bars = variant == kWarpSpecialized ? 2 * kStagesWs * 8 : 0;
+  return kAlignSlack + std::size_t(kRows) * panel_rows + std::size_t(stages_of(variant)) * 2 * kTileKeys * panel_rows +
+         bars;
 }
 
 // Whether this build carries the sm_90a kernels (CMake defines ATTNSERVE_HAVE_SM90).
