@@ -63,6 +63,8 @@ else
   tail -40 "$OUT/configure.log" "$OUT/build.log"
 fi
 grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill" | head -5
+# Hopper kernels: wgmma serialized by ptxas (C7520) or setmaxnreg ignored (C7508) cost speed silently.
+grep -E "C7520|C7508" "$OUT/build.log" | head -5
 
 # ---- GPU tests -----------------------------------------------------------------------------------
 TESTS=$BUILD/attnserve_gpu_tests

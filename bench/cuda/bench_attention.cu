@@ -201,7 +201,7 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   const double flops = 4.0 * pairs * h_q * d;
   const double bytes = 2.0 * b * double(ctx) * h_kv * d * 2 + 2.0 * 2 * b * double(s) * h_q * d;
   char note[96];
-  if (cfg.sm90) std::snprintf(note, sizeof note, "[sm90 wgmma %s]", cfg.sm90 == 2 ? "warp-specialized" : "coop");
+  if (cfg.sm90) std::snprintf(note, sizeof note, "[sm90 wgmma %s]", cfg.sm90 == 3 ? "ping-pong" : cfg.sm90 == 2 ? "warp-specialized" : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
   report_flops(name, us, flops, bytes, note);
 }
@@ -361,12 +361,12 @@ int main(int argc, char** argv) {
   bench_mla("mla decode b128 hq128 8K page64", 128, 128, 8192, 64);
 
   // Prefill/extend, all kernels in the same run: the portable mma.sync kernel (Tuning::sm90 = 0),
-  // the Hopper wgmma kernels kCoop (sm90 = 1) and kWarpSpecialized (sm90 = 2); off sm_90 they fall
+  // the Hopper wgmma kernels kCoop (sm90 = 1), kWarpSpecialized (2) and kPingPong (3); off sm_90 they fall
   // back to the portable kernel (see the note column).
-  for (int k90 : {0, 1, 2}) {
+  for (int k90 : {0, 1, 2, 3}) {
     cuda::attn::Tuning t;
     t.sm90 = k90;
-    const std::string v = k90 == 2 ? " sm90ws" : k90 ? " sm90" : " portable";
+    const std::string v = k90 == 3 ? " sm90pp" : k90 == 2 ? " sm90ws" : k90 ? " sm90" : " portable";
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal" + v, 1, 8192, 32, 8, 128, 0, t);
     bench_prefill("prefill b4 s4K hq32 hkv8 d128 causal" + v, 4, 4096, 32, 8, 128, 0, t);
     bench_prefill("extend b8 prefix4K +1K hq32 hkv8 page16" + v, 8, 1024, 32, 8, 128, 4096, t);

@@ -1,7 +1,7 @@
 // The Hopper (sm_90a, wgmma) paged-attention kernel against the CPU oracle, through the same
 // random cases as the portable kernel (gpu_attention_case.h: shuffled pages, garbage past the used
 // table columns, NaN in unowned slots, rows outside the batch untouched, two runs bit-identical).
-// Tuning::sm90 = 1 / 2 forces each Hopper kernel; each case first checks the selector picked it.
+// Tuning::sm90 = 1 / 2 / 3 forces each Hopper kernel; each case first checks the selector picked it.
 // Covers prefill b1 long, extend with prefixes (varlen, zero-length q), causal on/off, windows,
 // softcap, GQA 32/8, 16/2, 8/8, 16/1, page sizes 1/16/64, LSE on/off, lengths off the tile, d 64, f16.
 #include "gpu_attention_case.h"
@@ -27,11 +27,13 @@ std::vector<int> with_prefix(std::mt19937_64& g, const std::vector<int>& q_lens,
   return k;
 }
 
-// Runs the spec through each Hopper kernel (Tuning::sm90 = kCoop, then kWarpSpecialized): checks
+// Runs the spec through each Hopper kernel (Tuning::sm90 = kCoop, kWarpSpecialized, kPingPong): checks
 // that the selector takes it, then the full case against the oracle.
 void check_sm90(AttnSpec s, std::mt19937_64& g) {
-  for (int variant : {1, 2}) {
-    SCOPED_TRACE(variant == 1 ? "kernel kCoop (2 warpgroups load + compute)" : "kernel kWarpSpecialized (producer + 2 consumers)");
+  for (int variant : {1, 2, 3}) {
+    SCOPED_TRACE(variant == 1   ? "kernel kCoop (2 warpgroups load + compute)"
+                 : variant == 2 ? "kernel kWarpSpecialized (producer + 2 consumers)"
+                                : "kernel kPingPong (producer + 2 consumers taking turns)");
     s.tuning.sm90 = variant;
     {
       std::mt19937_64 g_shape(1);

@@ -155,7 +155,7 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
   const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
   // Auto picks kCoop until the warp-specialized kernel has been measured on the device.
-  const int variant = tune.sm90 == attn90::kWarpSpecialized ? attn90::kWarpSpecialized : attn90::kCoop;
+  const int variant = tune.sm90 == attn90::kWarpSpecialized || tune.sm90 == attn90::kPingPong ? tune.sm90 : attn90::kCoop;
   const bool want90 = tune.sm90 > 0 ||
                       (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
   if (want90 && sm90_supports(a, caps, variant)) {

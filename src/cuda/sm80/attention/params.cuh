@@ -56,8 +56,8 @@ struct Tuning {
   int mt = 0;
   int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
-  // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop) or 2 (kWarpSpecialized): that
-  // Hopper kernel whenever it supports the call.
+  // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
+  // 3 (kPingPong): that Hopper kernel whenever it supports the call.
   int sm90 = -1;
 };
 

@@ -11,7 +11,10 @@ namespace attnserve::cuda::attn90 {
 //   kWarpSpecialized (2): 384 threads = a producer warpgroup (cp.async, setmaxnreg down) and 2
 //              consumer warpgroups (setmaxnreg up) synchronized by full/empty mbarriers; 3 stages,
 //              so the consumer warpgroups drift apart and overlap softmax with wgmma.
-enum Variant : int { kCoop = 1, kWarpSpecialized = 2 };
+//   kPingPong (3): kWarpSpecialized whose consumers take turns on the tensor cores (named
+//              barriers): each issues P V of the previous tile and S of this one as one block,
+//              then runs its softmax while the other warpgroup's block executes.
+enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3 };
 
 constexpr int kThreads = 256;
 constexpr int kThreadsWs = 384;
@@ -23,12 +26,13 @@ constexpr int kProducerRegs = 72;    // setmaxnreg: 128 * 72 + 256 * 216 <= 6553
 constexpr int kConsumerRegs = 216;
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
-constexpr int stages_of(int variant) { return variant == kWarpSpecialized ? kStagesWs : kStages; }
+constexpr bool is_ws(int variant) { return variant == kWarpSpecialized || variant == kPingPong; }
+constexpr int stages_of(int variant) { return is_ws(variant) ? kStagesWs : kStages; }
 
 // Q tile + stages x {K, V} tiles, each d/64 SW128 panels of rows x 128 bytes; + mbarriers.
 constexpr std::size_t smem_bytes(int d, int variant = kCoop) {
   const std::size_t panel_rows = std::size_t(d / 64) * 128;
-  const std::size_t bars = variant == kWarpSpecialized ? 2 * kStagesWs * 8 : 0;
+  const std::size_t bars = is_ws(variant) ? 2 * kStagesWs * 8 : 0;
   return kAlignSlack + std::size_t(kRows) * panel_rows + std::size_t(stages_of(variant)) * 2 * kTileKeys * panel_rows +
          bars;
 }

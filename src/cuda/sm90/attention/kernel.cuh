@@ -7,8 +7,9 @@
 // per token through the page table by cp.async (16-byte chunks per token row: pages of any size
 // rule out TMA tiles) into 128-byte swizzled panels (tile_load.cuh, common/wgmma.cuh).
 //
-// Two kernels (config.h): kCoop, where the consumers also load (2 stages, a CTA barrier per
-// tile), and kWarpSpecialized, where a producer warpgroup loads (3 stages, full/empty mbarriers).
+// Kernels (config.h): kCoop, where the consumers also load (2 stages, a CTA barrier per tile);
+// kWarpSpecialized, where a producer warpgroup loads (3 stages, full/empty mbarriers); kPingPong,
+// the same with the consumers taking turns on the tensor cores.
 // cp.async writes are generic-proxy writes that wgmma reads through the async proxy: each writing
 // thread waits for its copies, runs fence.proxy.async, then synchronizes with the readers.
 #pragma once
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
 #endif
 }
 
-template <typename T, int D>
+template <typename T, int D, bool PINGPONG>
 __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   using Tr = Traits<D>;
@@ -82,12 +83,14 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
   const uint32_t bars = ptx::smem_addr(sKV + kStagesWs * 2 * Tr::kKvBytes);
   auto full = [&](int s) { return bars + uint32_t(s * 8); };                 // producer -> consumers
   auto empty = [&](int s) { return bars + uint32_t((kStagesWs + s) * 8); };  // consumers -> producer
+  auto stage_k = [&](int t) { return ptx::smem_addr(sKV + (t % kStagesWs) * 2 * Tr::kKvBytes); };
   if (tid == 0)
     for (int s = 0; s < kStagesWs; ++s) {
       sm90::mbar_init(full(s), 128);   // every producer thread, after its copies and proxy fence
       sm90::mbar_init(empty(s), 256);  // every consumer thread, after its wgmmas read the stage
     }
   __syncthreads();
+  const int n = b.n_tiles;
 
   if (wg == 0) {
     // Producer: tile t goes into stage t % 3 once the consumers released tile t - 3; the stage of
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     sm90::setmaxnreg_dec<kProducerRegs>();
     Loader<D, 128> ld(p, b, tid);
     ld.load_q(p, b, sQ);  // joins tile 0's group
-    for (int t = 0; t < b.n_tiles; ++t) {
+    for (int t = 0; t < n; ++t) {
       const int s = t % kStagesWs;
       if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
       ld.read_pages(p, b, t);
@@ -109,38 +112,90 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
       }
     }
     ptx::cp_async_wait<0>();
-    if (b.n_tiles > 0) {
+    if (n > 0) {
       sm90::fence_proxy_async();
-      sm90::mbar_arrive(full((b.n_tiles - 1) % kStagesWs));
+      sm90::mbar_arrive(full((n - 1) % kStagesWs));
     }
-  } else {
-    sm90::setmaxnreg_inc<kConsumerRegs>();
-    Consumer<T, D> c;
-    c.init(p, b, wg - 1, warp & 3, lane);
-    const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t((wg - 1) * 64 * 128);
-    for (int t = 0; t < b.n_tiles; ++t) {
-      const int s = t % kStagesWs;
-      sm90::mbar_wait(full(s), (t / kStagesWs) & 1);
-      const uint32_t sKa = ptx::smem_addr(sKV + s * 2 * Tr::kKvBytes);
-      c.attend(p, sQa, sKa, sKa + Tr::kKvBytes, b.k_begin + t * kTileKeys);
-      sm90::mbar_arrive(empty(s));
-    }
-    c.store(p, b);
+    return;
   }
+
+  sm90::setmaxnreg_inc<kConsumerRegs>();
+  const int w = wg - 1;  // consumer warpgroup: rows 64 w ..
+  Consumer<T, D> c;
+  c.init(p, b, w, warp & 3, lane);
+  const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t(w * 64 * 128);
+  if constexpr (!PINGPONG) {
+    for (int t = 0; t < n; ++t) {
+      sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
+      const uint32_t sKa = stage_k(t);
+      c.attend(p, sQa, sKa, sKa + Tr::kKvBytes, b.k_begin + t * kTileKeys);
+      sm90::mbar_arrive(empty(t % kStagesWs));
+    }
+  } else if (n > 0) {
+    // Block t (t = 0..n) = P V of tile t - 1 and S of tile t, issued while holding the turn:
+    // named barrier 1 + w is warpgroup w's turn; after issuing, it hands the turn to the other.
+    // Warpgroup 1 grants the first turn and skips its last hand-over, so each barrier sees as many
+    // arrivals as syncs (n + 1). Blocks 0 and n are peeled: a wgmma under a condition makes
+    // ptxas serialize every wgmma of the kernel (C7520).
+    float s[Tr::kSAcc];
+    uint32_t pa[kTileKeys / 16][4];
+    auto pin = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::fence_regs(pa[kk]);
+      sm90::fence_regs(c.o);
+    };
+    if (w == 1) sm90::named_arrive(1, 256);
+    sm90::mbar_wait(full(0), 0);
+    sm90::named_sync(1 + w, 256);
+    sm90::wg_fence();
+    c.issue_s(sQa, stage_k(0), s);
+    sm90::wg_commit();
+    sm90::named_arrive(2 - w, 256);
+    sm90::wg_wait<0>();
+    sm90::fence_regs(s);
+    c.softmax(p, s, b.k_begin, pa);
+    for (int t = 1; t < n; ++t) {
+      sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
+      sm90::named_sync(1 + w, 256);
+      pin();
+      sm90::wg_fence();
+      c.issue_pv(stage_k(t - 1) + Tr::kKvBytes, pa);
+      c.issue_s(sQa, stage_k(t), s);
+      sm90::wg_commit();
+      sm90::named_arrive(2 - w, 256);
+      sm90::wg_wait<0>();
+      sm90::fence_regs(c.o);
+      sm90::fence_regs(s);
+      sm90::mbar_arrive(empty((t - 1) % kStagesWs));  // K and V of tile t - 1 are read
+      c.softmax(p, s, b.k_begin + t * kTileKeys, pa);
+    }
+    sm90::named_sync(1 + w, 256);
+    pin();
+    sm90::wg_fence();
+    c.issue_pv(stage_k(n - 1) + Tr::kKvBytes, pa);
+    sm90::wg_commit();
+    if (w == 0) sm90::named_arrive(2, 256);
+    sm90::wg_wait<0>();
+    sm90::fence_regs(c.o);
+    sm90::mbar_arrive(empty((n - 1) % kStagesWs));
+  }
+  c.store(p, b);
 #endif
 }
 
 template <typename T, int D>
 void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
-  if (variant == kWarpSpecialized) {
-    auto kernel = attention_sm90_ws_kernel<T, D>;
+  if (is_ws(variant)) {
+    const bool pp = variant == kPingPong;
+    auto kernel = pp ? attention_sm90_ws_kernel<T, D, true> : attention_sm90_ws_kernel<T, D, false>;
     static const bool configured = [&] {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, kWarpSpecialized)));
+      for (auto k : {attention_sm90_ws_kernel<T, D, true>, attention_sm90_ws_kernel<T, D, false>})
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, variant)));
       return true;
     }();
     (void)configured;
-    kernel<<<grid, kThreadsWs, smem_bytes(D, kWarpSpecialized), stream>>>(p);
+    kernel<<<grid, kThreadsWs, smem_bytes(D, variant), stream>>>(p);
   } else {
     auto kernel = attention_sm90_kernel<T, D>;
     static const bool configured = [&] {

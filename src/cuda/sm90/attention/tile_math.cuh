@@ -1,4 +1,6 @@
-// Hopper paged attention: one consumer warpgroup's math on 64 packed rows. Per 128-key tile:
+// Hopper paged attention: one consumer warpgroup's math on 64 packed rows, as primitives (issue_s,
+// softmax, issue_pv) that the kernels order differently, and attend() = the three in series.
+// Per 128-key tile:
 //   S[64 x 128]  = Q[64 x d] K^T       m64n128k16 SS, Q and K K-major SW128 panels
 //   online softmax in base 2 (mask, softcap), P converted in registers to A fragments
 //   O[64 x d]   += P[64 x 128] V       m64n{d}k16 RS, V MN-major (trans-b)
@@ -39,12 +41,8 @@ struct Consumer {
     l0 = l1 = 0.f;
   }
 
-  // One tile: sQa = this warpgroup's 64 Q rows, sKa / sVa = the tile's K and V; kbase = its first key.
-  // Returns once this warpgroup's wgmmas have finished reading sKa / sVa.
-  __device__ __forceinline__ void attend(const Params& p, uint32_t sQa, uint32_t sKa, uint32_t sVa, int kbase) {
-    // S = Q K^T: d/16 k-steps; step k lives in panel k/4 at byte 32 * (k % 4) of each row.
-    float s[Tr::kSAcc];
-    sm90::wg_fence();
+  // Issues S = Q K^T (no commit): d/16 k-steps; step k lives in panel k/4 at byte 32 * (k % 4).
+  __device__ __forceinline__ void issue_s(uint32_t sQa, uint32_t sKa, float (&s)[Tr::kSAcc]) {
 #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
       const uint32_t koff = uint32_t((k & 3) * 32);
@@ -52,11 +50,23 @@ struct Consumer {
       const uint64_t db = sm90::desc_kmajor(sKa + uint32_t((k >> 2) * Tr::kKvPanelBytes) + koff);
       sm90::Wgmma<T, kTileKeys>::template ss<0, 0>(s, da, db, k > 0 ? 1 : 0);
     }
-    sm90::wg_commit();
-    sm90::wg_wait<0>();
-    sm90::fence_regs(s);
+  }
 
-    // Scores in base 2, masked; online softmax over the thread's two rows (a quad shares a row).
+  // Issues O += P V (no commit): 16 keys = two 8-key groups of 1024 bytes; N = d spans the panels
+  // (LBO = panel bytes).
+  __device__ __forceinline__ void issue_pv(uint32_t sVa, const uint32_t (&pa)[kTileKeys / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
+      const uint64_t db = sm90::desc_mnmajor(sVa + uint32_t(kk * 16 * 128), Tr::kKvPanelBytes);
+      sm90::Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+    }
+  }
+
+  // Scores of the tile starting at key kbase -> base-2 softmax update of m, l and O's scale, and
+  // P as A fragments. O must not be in flight (it is rescaled here).
+  __device__ __forceinline__ void softmax(const Params& p, float (&s)[Tr::kSAcc], int kbase,
+                                          uint32_t (&pa)[kTileKeys / 16][4]) {
+    // Scores in base 2, masked (a quad shares a row).
     const bool need_mask = kbase < lo_max || kbase + kTileKeys - 1 > hi_min;
 #pragma unroll
     for (int i = 0; i < Tr::kSAcc; ++i) {
@@ -101,21 +111,27 @@ struct Consumer {
       o[i + 2] *= al1;
       o[i + 3] *= al1;
     }
-
-    // O += P V: P's A fragments built before the fence (wgmma must see finished registers).
-    uint32_t pa[kTileKeys / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::acc_to_a<T>(s, kk, pa[kk]);
+  }
+
+  // One tile, serially: S, softmax, PV. sQa = this warpgroup's 64 Q rows, sKa / sVa = the tile's
+  // K and V; kbase = its first key. Returns once this warpgroup's wgmmas finished reading them.
+  __device__ __forceinline__ void attend(const Params& p, uint32_t sQa, uint32_t sKa, uint32_t sVa, int kbase) {
+    float s[Tr::kSAcc];
+    sm90::wg_fence();
+    issue_s(sQa, sKa, s);
+    sm90::wg_commit();
+    sm90::wg_wait<0>();
+    sm90::fence_regs(s);
+    uint32_t pa[kTileKeys / 16][4];
+    softmax(p, s, kbase, pa);
+    // wgmma must see finished registers: pin P and O before the fence.
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::fence_regs(pa[kk]);
     sm90::fence_regs(o);
     sm90::wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-      // 16 keys = two 8-key groups of 1024 bytes; N = d spans the panels (LBO = panel bytes).
-      const uint64_t db = sm90::desc_mnmajor(sVa + uint32_t(kk * 16 * 128), Tr::kKvPanelBytes);
-      sm90::Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
-    }
+    issue_pv(sVa, pa);
     sm90::wg_commit();
     sm90::wg_wait<0>();
     sm90::fence_regs(o);

@@ -1,5 +1,5 @@
 // Hopper CTA synchronization for warp-specialized kernels (sm_90a): shared-memory mbarriers
-// (init, arrive, parity wait) and setmaxnreg (move registers from a producer warpgroup to the
+// (init, arrive, parity wait), named barriers, and setmaxnreg (move registers from a producer warpgroup to the
 // consumers; effective only with __launch_bounds__(threads, 1) and roles as one if/else).
 #pragma once
 #include <cstdint>
@@ -27,6 +27,14 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity) {
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
+}
+// Named CTA barriers (id 1..15; 0 is __syncthreads): sync waits until `threads` threads have
+// arrived or synced on it; arrive counts this thread and does not wait.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
