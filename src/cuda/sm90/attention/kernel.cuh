@@ -93,23 +93,25 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
   const int n = b.n_tiles;
 
   if (wg == 0) {
-    // Producer: tile t goes into stage t % 3 once the consumers released tile t - 3; the stage of
-    // tile t - 1 is published after tile t is in flight (its copies are then waited for, fenced).
+    // Producer: tile t goes into stage t % 3 once the consumers released tile t - 3. A stage is
+    // published one iteration after its issue: this thread waits for its copies, fences them into
+    // the async proxy, then arrives. Publishing tile t - 1 comes before waiting for tile t's
+    // stage, so the consumers never wait on a release by the other consumer warpgroup.
     sm90::setmaxnreg_dec<kProducerRegs>();
     Loader<D, 128> ld(p, b, tid);
     ld.load_q(p, b, sQ);  // joins tile 0's group
     for (int t = 0; t < n; ++t) {
       const int s = t % kStagesWs;
-      if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
-      ld.read_pages(p, b, t);
-      char* dK = sKV + s * 2 * Tr::kKvBytes;
-      ld.issue(p, b, t, dK, dK + Tr::kKvBytes);
-      ptx::cp_async_commit();
       if (t > 0) {
-        ptx::cp_async_wait<1>();
+        ptx::cp_async_wait<0>();
         sm90::fence_proxy_async();
         sm90::mbar_arrive(full((t - 1) % kStagesWs));
       }
+      ld.read_pages(p, b, t);  // page-id loads in flight during the wait below
+      if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
+      char* dK = sKV + s * 2 * Tr::kKvBytes;
+      ld.issue(p, b, t, dK, dK + Tr::kKvBytes);
+      ptx::cp_async_commit();
     }
     ptx::cp_async_wait<0>();
     if (n > 0) {
