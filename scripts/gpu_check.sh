@@ -65,6 +65,8 @@ else
   tail -40 "$OUT/configure.log" "$OUT/build.log"
 fi
 grep -E "spill" "$OUT/build.log" | grep -v " 0 bytes spill" | head -5
+# Hopper kernels: wgmma serialized by ptxas (C7520) or setmaxnreg ignored (C7508) cost speed silently.
+grep -E "C7520|C7508" "$OUT/build.log" | head -5
 
 # ---- GPU tests -----------------------------------------------------------------------------------
 TESTS=$BUILD/attnserve_gpu_tests
@@ -88,6 +90,7 @@ fi
 san_runs=0; san_fail=0
 if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null; then
   MEMCHECK_FILTER='GpuKvStore.*:GpuMerge.*:GpuAttention.EdgeCases:GpuAttention.DecodeHeadDims64And256:GpuAttention.Fp8KvWithDescale:GpuAttention.ForcedSplitCounts:GpuMla.EdgeCases:GpuMla.ForcedSplitsAndDeterministic'
+  MEMCHECK_FILTER+=':WgmmaSm90.*:GpuAttentionSm90.EdgeCases:GpuAttentionSm90.F16AndHeadDim64'
   MEMCHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.TransformPrefillFindsTheRequest:TopkGpu.DeviceLengthsAreClampedToTheRow:IndexerPagedGpuEdge.ZeroLenKvAndShortRequests:IndexerPagedGpuEdge.PageIdsOutsideThePoolAreSkipped:IndexerRaggedGpu.CausalPrefillWindows:QuantizeFp8Gpu.*:SparseMlaGpuEdges.*:GpuGatherIndexK.*'
   RACECHECK_FILTER='GpuAttention.EdgeCases:GpuAttention.PipelineDepths:GpuMla.EdgeCases:GpuKvStore.IndexerKeys'
   RACECHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.RowStarts:SparseMlaGpu.TopkNotMultipleOfTheTile:SparseMlaGpuEdges.TopkLenZeroAndPartial'

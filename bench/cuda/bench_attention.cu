@@ -185,22 +185,24 @@ void bench_paged(const std::string& name, int b, int h_q, int h_kv, int d, int p
   report_bw(name, us, kv_bytes, note);
 }
 
-void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int d, int prefix = 0) {
+void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int d, int prefix = 0,
+                   cuda::attn::Tuning tune = {}) {
   if (!selected(name)) return;
   const int ctx = s + prefix;
   Paged p = make_paged(b, h_q, h_kv, d, 16, s, ctx, true, 99);
   PagedAttentionArgs a0 = paged_args(p, 0, false);
-  const auto cfg = cuda::attn::select(a0, cuda::attn::current_device_caps(), {});
+  const auto cfg = cuda::attn::select(a0, cuda::attn::current_device_caps(), tune);
   p.ws = Buffer(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
   const double us = median_us([&](int i) {
-    paged_attention(paged_args(p, i % p.q_sets, false), Workspace{p.ws.data(), p.ws.bytes()});
+    cuda::attn::run(paged_args(p, i % p.q_sets, false), Workspace{p.ws.data(), p.ws.bytes()}, {}, tune);
   }, 2, 10);
   // Causal: each query row i (of s) sees prefix + i + 1 keys.
   const double pairs = double(b) * (double(s) * prefix + double(s) * (s + 1) / 2.0);
   const double flops = 4.0 * pairs * h_q * d;
   const double bytes = 2.0 * b * double(ctx) * h_kv * d * 2 + 2.0 * 2 * b * double(s) * h_q * d;
   char note[96];
-  std::snprintf(note, sizeof note, "[splits %d stages %d mt %d%s]", cfg.num_splits, cfg.stages, cfg.mt, cfg.bulk ? " bulk" : "");
+  if (cfg.sm90) std::snprintf(note, sizeof note, "[sm90 wgmma %s]", cfg.sm90 == 3 ? "ping-pong" : cfg.sm90 == 2 ? "warp-specialized" : "coop");
+  else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d%s]", cfg.num_splits, cfg.stages, cfg.mt, cfg.bulk ? " bulk" : "");
   report_flops(name, us, flops, bytes, note);
 }
 
@@ -390,9 +392,16 @@ int main(int argc, char** argv) {
     bench_mla("mla repeat decode b128 hq128 8K page64", 128, 128, 8192, 64);
   }
 
-  // Prefill (portable path; Hopper fast path later).
-  bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal", 1, 8192, 32, 8, 128);
-  bench_prefill("prefill b4 s4K hq32 hkv8 d128 causal", 4, 4096, 32, 8, 128);
-  bench_prefill("extend b8 prefix4K +1K hq32 hkv8 page16", 8, 1024, 32, 8, 128, 4096);
+  // Prefill/extend, all kernels in the same run: the portable mma.sync kernel (Tuning::sm90 = 0),
+  // the Hopper wgmma kernels kCoop (sm90 = 1), kWarpSpecialized (2) and kPingPong (3); off sm_90 they fall
+  // back to the portable kernel (see the note column).
+  for (int k90 : {0, 1, 2, 3}) {
+    cuda::attn::Tuning t;
+    t.sm90 = k90;
+    const std::string v = k90 == 3 ? " sm90pp" : k90 == 2 ? " sm90ws" : k90 ? " sm90" : " portable";
+    bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal" + v, 1, 8192, 32, 8, 128, 0, t);
+    bench_prefill("prefill b4 s4K hq32 hkv8 d128 causal" + v, 4, 4096, 32, 8, 128, 0, t);
+    bench_prefill("extend b8 prefix4K +1K hq32 hkv8 page16" + v, 8, 1024, 32, 8, 128, 4096, t);
+  }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 
 #include <cuda_bf16.h>
@@ -12,6 +13,10 @@
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/sm80/merge/merge.cuh"
+#include "cuda/sm90/attention/config.h"
+#ifdef ATTNSERVE_HAVE_SM90
+#include "cuda/sm90/attention/attention_sm90.h"
+#endif
 
 namespace attnserve::cuda::attn {
 namespace {
@@ -70,6 +75,24 @@ void dispatch_d(const Params& p, const Config& c, int b, int d, bool fp8, cudaSt
     case 128: return dispatch_fp8_mt<T, 128>(p, c, b, fp8, s);
     default: return dispatch_fp8_mt<T, 256>(p, c, b, fp8, s);
   }
+}
+
+// ATTNSERVE_ATTN_SM90=0 in the environment keeps the auto choice on the portable kernel (read once).
+bool sm90_env_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("ATTNSERVE_ATTN_SM90");
+    return !(v && v[0] == '0');
+  }();
+  return allowed;
+}
+
+// The Hopper kernel supports the call: built, sm_90 device, bf16/f16 K/V of q's dtype, d 64/128,
+// no descale, not deterministic (its row blocks differ from the portable MT = 1 order).
+bool sm90_supports(const PagedAttentionArgs& a, const DeviceCaps& caps, int variant) {
+  const int d = int(a.q.size(2));
+  return attn90::kBuilt && caps.arch == 90 && a.k_cache.dtype == a.q.dtype && (d == 64 || d == 128) &&
+         a.k_descale.empty_view() && a.v_descale.empty_view() && !a.deterministic &&
+         attn90::smem_bytes(d, variant) <= caps.smem_per_block;
 }
 
 }  // namespace
@@ -136,6 +159,21 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   c.ws_bytes = 0;
+  // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
+  // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
+  const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
+  // Auto picks kCoop until the warp-specialized kernel has been measured on the device.
+  const int variant = tune.sm90 == attn90::kWarpSpecialized || tune.sm90 == attn90::kPingPong ? tune.sm90 : attn90::kCoop;
+  const bool want90 = tune.sm90 > 0 ||
+                      (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
+  if (want90 && sm90_supports(a, caps, variant)) {
+    c.sm90 = variant;
+    c.num_splits = 1;
+    c.split_keys = 0;
+    c.m_blocks = ceil_div(rows_max, attn90::kRows);
+    c.smem = attn90::smem_bytes(d, variant);
+    return c;
+  }
   if (c.num_splits > 1) {
     const int64_t rows = a.q.size(0) * h_q;
     c.ws_bytes = align256(std::size_t(c.num_splits) * rows * d * 4) + align256(std::size_t(c.num_splits) * rows * 4);
@@ -211,6 +249,13 @@ void run(const PagedAttentionArgs& a, Workspace ws, Stream stream, const Tuning&
     p.part_lse = reinterpret_cast<float*>(static_cast<char*>(ws.data) + align256(c.num_splits * rows * d * 4));
   }
   cudaStream_t s = to_cuda(stream);
+#ifdef ATTNSERVE_HAVE_SM90
+  if (c.sm90) {
+    attn90::launch_paged_attention(p, a.q.dtype, d, c.sm90, c.m_blocks, b, s);
+    ATTNSERVE_CUDA_CHECK_LAUNCH();
+    return;
+  }
+#endif
   const bool fp8 = a.k_cache.dtype == DType::fp8_e4m3;
   if (a.q.dtype == DType::bf16) dispatch_d<__nv_bfloat16>(p, c, b, d, fp8, s);
   else dispatch_d<__half>(p, c, b, d, fp8, s);

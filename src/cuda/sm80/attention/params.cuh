@@ -47,6 +47,7 @@ struct Config {
   int page_shifts = 1;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
+  int sm90 = 0;         // Hopper kernel running this call (src/cuda/sm90/attention/config.h Variant), 0: none
 };
 
 // Optional overrides (benchmarks and tests only): 0 keeps the selector's choice.
@@ -56,6 +57,10 @@ struct Tuning {
   int mt = 0;
   int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
   int bulk = -1;          // -1: default (on where supported), 0: cp.async, 1: bulk copies (error if unsupported)
+  // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
+  // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
+  // 3 (kPingPong): that Hopper kernel whenever it supports the call.
+  int sm90 = -1;
 };
 
 constexpr int kThreads = 128;

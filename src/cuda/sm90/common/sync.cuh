@@ -1,0 +1,49 @@
+// Hopper CTA synchronization for warp-specialized kernels (sm_90a): shared-memory mbarriers
+// (init, arrive, parity wait), named barriers, and setmaxnreg (move registers from a producer warpgroup to the
+// consumers; effective only with __launch_bounds__(threads, 1) and roles as one if/else).
+#pragma once
+#include <cstdint>
+
+namespace attnserve::cuda::sm90 {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrive (release semantics at CTA scope: this thread's earlier writes happen before the phase flip).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// True once the phase of parity `parity` has completed (acquire semantics).
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+// Named CTA barriers (id 1..15; 0 is __syncthreads): sync waits until `threads` threads have
+// arrived or synced on it; arrive counts this thread and does not wait.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+#endif
+
+}  // namespace attnserve::cuda::sm90

@@ -1,0 +1,239 @@
+// The Hopper (sm_90a, wgmma) paged-attention kernel against the CPU oracle, through the same
+// random cases as the portable kernel (gpu_attention_case.h: shuffled pages, garbage past the used
+// table columns, NaN in unowned slots, rows outside the batch untouched, two runs bit-identical).
+// Tuning::sm90 = 1 / 2 / 3 forces each Hopper kernel; each case first checks the selector picked it.
+// Covers prefill b1 long, extend with prefixes (varlen, zero-length q), causal on/off, windows,
+// softcap, GQA 32/8, 16/2, 8/8, 16/1, page sizes 1/16/64, LSE on/off, lengths off the tile, d 64, f16.
+#include "gpu_attention_case.h"
+#include "gpu_sm90_util.h"
+
+using namespace attnserve;
+using namespace attnserve::test;
+
+namespace {
+
+std::vector<int> random_lens(std::mt19937_64& g, int n, int lo, int hi) {
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<int> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Extend: k_len = prefix + q_len for each request.
+std::vector<int> with_prefix(std::mt19937_64& g, const std::vector<int>& q_lens, int max_prefix) {
+  std::uniform_int_distribution<int> d(0, max_prefix);
+  std::vector<int> k(q_lens.size());
+  for (size_t i = 0; i < q_lens.size(); ++i) k[i] = q_lens[i] + d(g);
+  return k;
+}
+
+// Runs the spec through each Hopper kernel (Tuning::sm90 = kCoop, kWarpSpecialized, kPingPong): checks
+// that the selector takes it, then the full case against the oracle.
+void check_sm90(AttnSpec s, std::mt19937_64& g) {
+  for (int variant : {1, 2, 3}) {
+    SCOPED_TRACE(variant == 1   ? "kernel kCoop (2 warpgroups load + compute)"
+                 : variant == 2 ? "kernel kWarpSpecialized (producer + 2 consumers)"
+                                : "kernel kPingPong (producer + 2 consumers taking turns)");
+    s.tuning.sm90 = variant;
+    {
+      std::mt19937_64 g_shape(1);
+      AttnCase c(s, g_shape);  // host views: the selector reads shapes and dtypes only
+      const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
+                                          c.q_view, TensorView{}, TensorView{}, TensorView{});
+      const cuda::attn::Config cfg = cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning);
+      ASSERT_EQ(cfg.sm90, variant) << "the selector did not pick the Hopper kernel";
+      EXPECT_EQ(cfg.ws_bytes, 0u);
+    }
+    check_case(s, g);
+  }
+}
+
+}  // namespace
+
+TEST(GpuAttentionSm90, AutoSelectsHopperForPrefillOnly) {
+  ATTNSERVE_REQUIRE_SM90();
+  std::mt19937_64 g(7);
+  auto selected = [&](const AttnSpec& s) {
+    AttnCase c(s, g);
+    const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
+                                        c.q_view, TensorView{}, TensorView{}, TensorView{});
+    return cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning).sm90 != 0;
+  };
+  AttnSpec prefill;
+  prefill.q_lens = {2048};
+  prefill.k_lens = {2048};
+  prefill.h_q = 32;
+  prefill.h_kv = 8;
+  prefill.extra_table_cols = 0;
+  EXPECT_TRUE(selected(prefill)) << "prefill b1 2K h32/8";
+  AttnSpec decode;
+  decode.q_lens = std::vector<int>(4, 1);
+  decode.k_lens = std::vector<int>(4, 500);
+  EXPECT_FALSE(selected(decode)) << "decode stays on the portable kernel";
+  AttnSpec forced_off = prefill;
+  forced_off.tuning.sm90 = 0;
+  EXPECT_FALSE(selected(forced_off)) << "Tuning::sm90 = 0 keeps the portable kernel";
+  AttnSpec fp8 = prefill;
+  fp8.fp8 = true;
+  fp8.tuning.sm90 = 1;
+  EXPECT_FALSE(selected(fp8)) << "fp8 KV is not supported by the Hopper kernel";
+}
+
+TEST(GpuAttentionSm90, PrefillB1LongCausalGqa32x8) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  AttnSpec s;
+  s.q_lens = {1337};  // not a multiple of the 128-row or 128-key tile
+  s.k_lens = s.q_lens;
+  s.h_q = 32;
+  s.h_kv = 8;
+  s.page_size = 16;
+  check_sm90(s, g);
+}
+
+TEST(GpuAttentionSm90, PrefillCausalAndNonCausal) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    AttnSpec s;
+    s.q_lens = {300, 129, 64, 1};
+    s.k_lens = s.q_lens;
+    s.h_q = 8;
+    s.h_kv = 8;
+    s.causal = causal;
+    s.page_size = 64;
+    check_sm90(s, g);
+  }
+}
+
+TEST(GpuAttentionSm90, ExtendVarlenWithPrefixAndEmptyRequests) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    AttnSpec s;
+    s.q_lens = {37, 300, 0, 1, 129, 64, 0};
+    s.k_lens = with_prefix(g, s.q_lens, 700);
+    s.h_q = 32;
+    s.h_kv = 8;
+    s.causal = causal;
+    s.page_size = 16;
+    check_sm90(s, g);
+  }
+}
+
+TEST(GpuAttentionSm90, GqaGroupsAndPageSizes) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (auto [hq, hkv] : {std::pair{32, 8}, {16, 2}, {8, 8}, {16, 1}})
+    for (int ps : {1, 16, 64}) {
+      SCOPED_TRACE("h_q " + std::to_string(hq) + " h_kv " + std::to_string(hkv) + " page " + std::to_string(ps));
+      AttnSpec s;
+      s.q_lens = random_lens(g, 3, 1, 200);
+      s.k_lens = with_prefix(g, s.q_lens, 300);
+      s.h_q = hq;
+      s.h_kv = hkv;
+      s.page_size = ps;
+      check_sm90(s, g);
+    }
+}
+
+TEST(GpuAttentionSm90, SlidingWindowAndSoftcap) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  {
+    SCOPED_TRACE("window_left 70, causal extend");
+    AttnSpec s;
+    s.q_lens = {150, 1, 17};
+    s.k_lens = with_prefix(g, s.q_lens, 300);
+    s.window_left = 70;
+    check_sm90(s, g);
+  }
+  {
+    SCOPED_TRACE("window 100 left, 20 right, non-causal");
+    AttnSpec s;
+    s.q_lens = {260, 33};
+    s.k_lens = with_prefix(g, s.q_lens, 200);
+    s.causal = false;
+    s.window_left = 100;
+    s.window_right = 20;
+    s.h_q = 16;
+    s.h_kv = 2;
+    check_sm90(s, g);
+  }
+  {
+    SCOPED_TRACE("softcap 30, causal prefill");
+    AttnSpec s;
+    s.q_lens = {200, 77};
+    s.k_lens = s.q_lens;
+    s.softcap = 30.f;
+    s.q_range = 8.f;  // scores large enough for the cap to bend them
+    check_sm90(s, g);
+  }
+  {
+    SCOPED_TRACE("softcap 20 + window 50 + page 1");
+    AttnSpec s;
+    s.q_lens = {140};
+    s.k_lens = {400};
+    s.softcap = 20.f;
+    s.window_left = 50;
+    s.page_size = 1;
+    check_sm90(s, g);
+  }
+}
+
+TEST(GpuAttentionSm90, EdgeCases) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  {
+    SCOPED_TRACE("q_len_gt_k_len (rows before the first key see nothing: 0 and lse -inf)");
+    AttnSpec s;
+    s.q_lens = {150, 3};
+    s.k_lens = {20, 3};
+    check_sm90(s, g);
+  }
+  {
+    SCOPED_TRACE("zero_len_kv");
+    AttnSpec s;
+    s.q_lens = {40, 2};
+    s.k_lens = {0, 50};
+    check_sm90(s, g);
+  }
+  {
+    SCOPED_TRACE("no_lse + strided q/out");
+    AttnSpec s;
+    s.with_lse = false;
+    s.strided = true;
+    s.q_lens = {130, 9};
+    s.k_lens = {300, 9};
+    check_sm90(s, g);
+  }
+  {
+    SCOPED_TRACE("window_gt_seq");
+    AttnSpec s;
+    s.q_lens = {64};
+    s.k_lens = {64};
+    s.window_left = 1000;
+    s.window_right = 1000;
+    s.causal = false;
+    check_sm90(s, g);
+  }
+}
+
+TEST(GpuAttentionSm90, F16AndHeadDim64) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (DType t : {DType::bf16, DType::f16})
+    for (int d : {64, 128}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " d " + std::to_string(d));
+      AttnSpec s;
+      s.dtype = t;
+      s.d = d;
+      s.q_lens = {257, 31};
+      s.k_lens = with_prefix(g, s.q_lens, 150);
+      s.h_q = 16;
+      s.h_kv = 4;
+      check_sm90(s, g);
+    }
+}
