@@ -9,8 +9,8 @@ template <int HB>
 void launch_block(const Params& p, std::size_t smem_bytes, cudaStream_t stream) {
   auto* kernel = sparse_mla_kernel<HB, false>;
   ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
-  const int64_t ctas = p.rows * p.head_blocks;
-  kernel<<<unsigned(ctas), kThreads, smem_bytes, stream>>>(p);
+  const dim3 grid(unsigned(p.rows * p.head_blocks), unsigned(p.num_splits));  // y: split of the top-k list
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
