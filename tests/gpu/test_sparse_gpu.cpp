@@ -4,7 +4,9 @@
 // optional outputs. Tolerance rule against the fp64 brute force, base = the larger error of the CPU
 // oracle and of a float32 brute force; lse / max_logits (f32) get an allowance of 1e-5 for the
 // 576-term dot products accumulated by tensor cores (whose additions truncate). -inf positions match
-// exactly, nothing is left unwritten, two GPU runs give identical bits.
+// exactly, nothing is left unwritten, two GPU runs give identical bits. These run the public op with
+// the workspace it asks for, so their few rows take the split-K path the selector picks (forced split
+// counts: test_sparse_gpu_splits.cpp).
 #include <gtest/gtest.h>
 
 #include <climits>
