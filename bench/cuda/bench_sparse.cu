@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
   bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {2, 7});
   bench_case("sparse decode", 64, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
+  // 256 rows x h_q 16 fill the GPU unsplit (deep ring, one CTA per SM, 2 waves); the 2-stage ring runs
+  // them as one wave of two CTAs per SM: whether the unsplit HB 16 default should change too.
+  bench_case("sparse decode", 256, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
+  bench_case("sparse decode", 256, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
   // h_q 128 at 32 rows (64 CTAs of HB 64): splits 1 / 2 / 4.
   for (int s : {1, 2, 4}) bench_case("sparse decode", 32, 128, 2048, pool, true, 226, "FlashMLA", {s, 0});
   return 0;

@@ -75,12 +75,21 @@ inline void expect_close(const char* what, const std::vector<double>& got, const
       << "GPU rel_l2 " << err << ", CPU oracle " << rel_l2(cpu, ref64) << ", float32 brute force " << rel_l2(ref32, ref64);
 }
 
-// CPU oracle, brute force (fp64 and float32), GPU; every output compared.
-inline GpuResult check_case(SparseMlaProblem& p, std::optional<SparseTuning> tune = std::nullopt) {
-  const SparseMlaReference ref64 = reference_sparse_mla<double>(p.args());
-  const SparseMlaReference ref32 = reference_sparse_mla<float>(p.args());
+// The references of one problem: brute force in fp64 and float32, and the CPU oracle's outputs (in p).
+struct SparseRefs {
+  SparseMlaReference ref64, ref32;
+};
+inline SparseRefs compute_refs(SparseMlaProblem& p) {
+  SparseRefs r{reference_sparse_mla<double>(p.args()), reference_sparse_mla<float>(p.args())};
   run_sparse_mla(p);  // the CPU oracle (poisons first)
   expect_all_written(p);
+  return r;
+}
+
+// The GPU against references computed once (several kernel configurations of one problem).
+inline GpuResult check_gpu(SparseMlaProblem& p, const SparseRefs& refs, std::optional<SparseTuning> tune = std::nullopt) {
+  const SparseMlaReference& ref64 = refs.ref64;
+  const SparseMlaReference& ref32 = refs.ref32;
   GpuResult g = run_gpu(p.args(), p.out, p.lse, p.max_logits, tune);
   if (::testing::Test::HasFailure()) return g;
   expect_close("out", to_doubles(g.out), to_doubles(p.out), ref32.out, ref64.out, 0.0, DType::bf16);
@@ -88,6 +97,12 @@ inline GpuResult check_case(SparseMlaProblem& p, std::optional<SparseTuning> tun
   expect_close("max_logits", to_doubles(g.max_logits), to_doubles(p.max_logits), ref32.max_logits, ref64.max_logits,
                kTensorCoreStatAllowance, DType::f32);
   return g;
+}
+
+// CPU oracle, brute force (fp64 and float32), GPU; every output compared.
+inline GpuResult check_case(SparseMlaProblem& p, std::optional<SparseTuning> tune = std::nullopt) {
+  const SparseRefs refs = compute_refs(p);
+  return check_gpu(p, refs, tune);
 }
 
 inline SparseMlaCase base_case(int64_t h_q, bool fp8) {

@@ -20,9 +20,10 @@ namespace {
 constexpr int kForcedSplits[] = {1, 2, 3, 4, 8};
 
 void check_splits(SparseMlaProblem& p, const std::string& what) {
+  const SparseRefs refs = compute_refs(p);
   for (int s : kForcedSplits) {
     SCOPED_TRACE(what + " forced splits " + std::to_string(s));
-    check_case(p, SparseTuning{.num_splits = s});
+    check_gpu(p, refs, SparseTuning{.num_splits = s});
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -137,8 +138,9 @@ TEST(SparseMlaGpuSplits, RingDepthDoesNotChangeBits) {
   c.with_topk_length = true;
   c.with_sink = true;
   SparseMlaProblem p = make_sparse_mla_problem(c, g);
-  const GpuResult two = check_case(p, SparseTuning{.num_splits = 4, .stages = 2});
-  const GpuResult five = check_case(p, SparseTuning{.num_splits = 4, .stages = 5});
+  const SparseRefs refs = compute_refs(p);
+  const GpuResult two = check_gpu(p, refs, SparseTuning{.num_splits = 4, .stages = 2});
+  const GpuResult five = check_gpu(p, refs, SparseTuning{.num_splits = 4, .stages = 5});
   EXPECT_TRUE(two.out.bytes == five.out.bytes && two.lse.bytes == five.lse.bytes &&
               two.max_logits.bytes == five.max_logits.bytes);
 }
