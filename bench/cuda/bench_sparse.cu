@@ -5,10 +5,15 @@
 // FLOPs = 2 * rows * h_q * topk * (576 + 512). CUDA events, median after warm-up; decode pools and q
 // sets far larger than L2, random slots per row.
 //
+// Every case prints the selector's split count (the top-k list of a row cut across CTAs when rows x
+// head blocks underfill the GPU), ring depth and CTAs per SM; "forced" cases override them (sweeps).
+// Times include the split combine.
+//
 // Usage: bench_sparse [--quick] [filter-substring]
 #include <string>
 
 #include "bench_sparse_util.cuh"
+#include "cuda/sm80/sparse_mla/sparse_mla_api.h"
 
 using namespace attnserve;
 using namespace dsa_bench;
@@ -27,10 +32,14 @@ __global__ void fp8_token_tails(uint8_t* kv, int64_t tokens) {
   }
 }
 
+using Tuning = cuda::sparse_mla_sm80::SparseMlaTuning;
+
 void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk, int64_t pool_tokens, bool fp8,
-                double peer_tflops, const std::string& peer) {
-  const std::string name = what + " rows " + std::to_string(rows) + " h_q " + std::to_string(h_q) + " topk " +
-                           std::to_string(topk) + (fp8 ? " fp8" : " bf16");
+                double peer_tflops, const std::string& peer, Tuning tune = {}) {
+  std::string name = what + " rows " + std::to_string(rows) + " h_q " + std::to_string(h_q) + " topk " +
+                     std::to_string(topk) + (fp8 ? " fp8" : " bf16");
+  if (tune.num_splits > 0) name += " forced splits " + std::to_string(tune.num_splits);
+  if (tune.stages > 0) name += " stages " + std::to_string(tune.stages);
   if (!selected(name)) return;
   const int64_t row_bytes = fp8 ? 656 : 1152;
   Buffer kv(std::size_t(pool_tokens * row_bytes), Device::cuda());
@@ -54,16 +63,19 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
                   .out = TensorView::contiguous(out.data(), DType::bf16, {rows, h_q, 512}, Device::cuda())};
   a.lse = TensorView::contiguous(lse.data(), DType::f32, {rows, h_q}, Device::cuda());
   a.softmax_scale = 0.1352337f;
+  const auto cfg = cuda::sparse_mla_sm80::select(a, query_device_caps(Device::cuda()), tune);
+  Buffer ws(std::max<std::size_t>(cfg.ws_bytes, 16), Device::cuda());
   const double us = median_us([&](int i) {
     SparseMlaArgs r = a;
     r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * q_set;
     r.indices.data = static_cast<int32_t*>(idx.data()) + std::size_t(i % sets) * rows * topk;
-    sparse_mla(r);
+    cuda::sparse_mla_sm80::run(r, Workspace{ws.data(), ws.bytes()}, {}, tune);
   }, 3, 20);
   const double flops = 2.0 * double(rows) * double(h_q) * double(topk) * (576 + 512);
   const double bytes = double(rows) * topk * row_bytes + double(q_set) + double(rows * h_q * 512) * 2;
-  char note[160];
-  std::snprintf(note, sizeof note, "%.2fx of %s (%.0f TFLOP/s)", flops / us * 1e-6 / peer_tflops, peer.c_str(), peer_tflops);
+  char note[256];
+  std::snprintf(note, sizeof note, "splits %d (x%d tiles) stages %d ctas/SM %d | %.2fx of %s (%.0f TFLOP/s)", cfg.num_splits,
+                cfg.split_tiles, cfg.stages, cfg.ctas_per_sm, flops / us * 1e-6 / peer_tflops, peer.c_str(), peer_tflops);
   report(name, us, flops, bytes, note);
 }
 
@@ -89,5 +101,18 @@ int main(int argc, char** argv) {
   bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 671, "FlashMLA");
   bench_case("sparse prefill s_kv 32K", 4096, 128, 2048, 32768, false, 623, "FlashMLA");
   bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 561, "FlashMLA");
+  // Split-K sweeps. h_q 16 (DeepSeek-V3.2 at TP 8): splits 1 / 2 / 4 / 8 at the selector's ring, then the
+  // two halves of the change apart: the 2-stage ring unsplit (still one CTA per row: 128 CTAs), and
+  // 2 splits with the deep ring (one CTA per SM).
+  for (int s : {1, 2, 4, 8}) bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {s, 0});
+  bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
+  bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {2, 7});
+  bench_case("sparse decode", 64, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
+  // 256 rows x h_q 16 fill the GPU unsplit (deep ring, one CTA per SM, 2 waves); the 2-stage ring runs
+  // them as one wave of two CTAs per SM: whether the unsplit HB 16 default should change too.
+  bench_case("sparse decode", 256, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
+  bench_case("sparse decode", 256, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
+  // h_q 128 at 32 rows (64 CTAs of HB 64): splits 1 / 2 / 4.
+  for (int s : {1, 2, 4}) bench_case("sparse decode", 32, 128, 2048, pool, true, 226, "FlashMLA", {s, 0});
   return 0;
 }

@@ -98,10 +98,11 @@ void bind_ops(nb::module_& m) {
       "sparse_mla",
       [](nb::ndarray<> q, nb::ndarray<> kv, nb::ndarray<> indices, nb::ndarray<> out, float softmax_scale,
          OptArray topk_length, OptArray attn_sink, OptArray lse, OptArray max_logits, OptArray workspace,
-         uintptr_t stream, bool query_workspace) -> nb::object {
+         uintptr_t stream, bool query_workspace, bool deterministic) -> nb::object {
         SparseMlaArgs a{.q = to_view(q), .kv = to_view(kv), .indices = to_view(indices), .out = to_view(out),
                         .topk_length = to_view(topk_length), .attn_sink = to_view(attn_sink), .lse = to_view(lse),
-                        .max_logits = to_view(max_logits), .softmax_scale = softmax_scale};
+                        .max_logits = to_view(max_logits), .softmax_scale = softmax_scale,
+                        .deterministic = deterministic};
         if (query_workspace) return nb::int_(sparse_mla_workspace_size(a, query_device_caps(a.q.device)));
         sparse_mla(a, to_workspace(workspace), to_stream(stream));
         return nb::none();
@@ -109,8 +110,10 @@ void bind_ops(nb::module_& m) {
       arg("q"), arg("kv"), arg("indices"), arg("out"), nb::kw_only(), arg("softmax_scale"),
       arg("topk_length") = nb::none(), arg("attn_sink") = nb::none(), arg("lse") = nb::none(),
       arg("max_logits") = nb::none(), arg("workspace") = nb::none(), arg("stream") = 0,
-      arg("query_workspace") = false,
-      "Sparse MLA over top-k slots (bf16 cache [slots, 576] or FP8-656 cache [slots, 656] uint8).");
+      arg("query_workspace") = false, arg("deterministic") = false,
+      "Sparse MLA over top-k slots (bf16 cache [slots, 576] or FP8-656 cache [slots, 656] uint8). On CUDA, "
+      "few rows split each row's top-k list across CTAs: pass the workspace that query_workspace=True asks "
+      "for; deterministic=True never splits (bits independent of the batch).");
 
   m.def(
       "quantize_fp8_groups",

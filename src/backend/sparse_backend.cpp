@@ -175,7 +175,8 @@ TensorView SparseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer
     mla_attention(args, ws->view(), stream);
   } else {
     const SparseMlaArgs args{.q = packed, .kv = kv.k, .indices = slots, .out = out,
-                             .topk_length = m.nsa_cache_seqlens_int32, .softmax_scale = L.scale};
+                             .topk_length = m.nsa_cache_seqlens_int32, .softmax_scale = L.scale,
+                             .deterministic = cfg.deterministic};
     sparse_mla(args, ws->view(), stream);
   }
   return out;

@@ -99,7 +99,7 @@ std::size_t sparse_call_workspace(const SparseBackendConfig& c, const DeviceCaps
   const SparseMlaArgs a{.q = shape_only(DType::bf16, {rows, h, 576}, dev),
                         .kv = fp8 ? shape_only(DType::u8, {1, 656}, dev) : shape_only(DType::bf16, {1, 576}, dev),
                         .indices = shape_only(DType::i32, {rows, K}, dev), .out = out, .topk_length = lens,
-                        .softmax_scale = 1.f};
+                        .softmax_scale = 1.f, .deterministic = c.deterministic};
   return sparse_mla_workspace_size(a, caps);
 }
 

@@ -4,99 +4,22 @@
 // optional outputs. Tolerance rule against the fp64 brute force, base = the larger error of the CPU
 // oracle and of a float32 brute force; lse / max_logits (f32) get an allowance of 1e-5 for the
 // 576-term dot products accumulated by tensor cores (whose additions truncate). -inf positions match
-// exactly, nothing is left unwritten, two GPU runs give identical bits.
+// exactly, nothing is left unwritten, two GPU runs give identical bits. These run the public op with
+// the workspace it asks for, so their few rows take the split-K path the selector picks (forced split
+// counts: test_sparse_gpu_splits.cpp).
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <cmath>
 #include <string>
 
-#include "attnserve/ops/sparse_mla.h"
-#include "cpu/sparse_mla_problem.h"
-#include "test_sparse_gpu_util.h"
+#include "sparse_mla_gpu_check.h"
 
 using namespace attnserve;
 using namespace attnserve::test;
 using namespace attnserve::test::dsa_gpu;
 
 namespace {
-
-constexpr double kTensorCoreStatAllowance = 1e-5;
-
-struct GpuResult {
-  HostTensor out, lse, max_logits;
-};
-
-// Runs `h` (views into host memory) on the GPU twice with poisoned outputs; requires identical bits.
-// Returns copies of the given host outputs holding the GPU's values.
-GpuResult run_gpu(const SparseMlaArgs& h, const HostTensor& out_like, const HostTensor& lse_like, const HostTensor& ml_like) {
-  DeviceMirror q(h.q), kv(h.kv), idx(h.indices), out(h.out), tl(h.topk_length), sink(h.attn_sink), lse(h.lse),
-      ml(h.max_logits);
-  SparseMlaArgs d = h;
-  d.q = q.view, d.kv = kv.view, d.indices = idx.view, d.out = out.view, d.topk_length = tl.view;
-  d.attn_sink = sink.view, d.lse = lse.view, d.max_logits = ml.view;
-  const std::size_t ws_bytes = sparse_mla_workspace_size(d, query_device_caps(Device::cuda()));
-  Buffer ws(std::max<std::size_t>(ws_bytes, 16), Device::cuda());
-  std::vector<uint8_t> first[3];
-  for (int run = 0; run < 2; ++run) {
-    out.poison(), lse.poison(), ml.poison();
-    sparse_mla(d, Workspace{ws.data(), ws.bytes()}, {});
-    stream_synchronize({});
-    std::vector<uint8_t> now[3] = {out.bytes(), lse.bytes(), ml.bytes()};
-    for (int i = 0; i < 3; ++i) {
-      if (run == 0) first[i] = now[i];
-      else EXPECT_TRUE(first[i] == now[i]) << "two GPU runs differ (output " << i << ")";
-    }
-  }
-  GpuResult r{out_like, lse_like, ml_like};
-  auto put = [](HostTensor& t, const std::vector<uint8_t>& b) { std::memcpy(t.bytes.data(), b.data(), std::min(b.size(), t.bytes.size())); };
-  put(r.out, first[0]);
-  put(r.lse, first[1]);
-  put(r.max_logits, first[2]);
-  return r;
-}
-
-void expect_close(const char* what, const std::vector<double>& got, const std::vector<double>& cpu,
-                  const std::vector<double>& ref32, const std::vector<double>& ref64, double tol_extra, DType out_dtype) {
-  SCOPED_TRACE(what);
-  ASSERT_EQ(count_nan(got), 0) << "unwritten (poisoned) or NaN elements";
-  ASSERT_EQ(nonfinite_mismatches(got, ref64), 0) << "-inf positions differ from the reference";
-  const double base = same_precision_error(cpu, ref32, ref64);
-  const double err = rel_l2(got, ref64);
-  EXPECT_LE(err, tolerance_by_rule(base, out_dtype) + tol_extra)
-      << "GPU rel_l2 " << err << ", CPU oracle " << rel_l2(cpu, ref64) << ", float32 brute force " << rel_l2(ref32, ref64);
-}
-
-// CPU oracle, brute force (fp64 and float32), GPU; every output compared.
-GpuResult check_case(SparseMlaProblem& p) {
-  const SparseMlaReference ref64 = reference_sparse_mla<double>(p.args());
-  const SparseMlaReference ref32 = reference_sparse_mla<float>(p.args());
-  run_sparse_mla(p);  // the CPU oracle (poisons first)
-  expect_all_written(p);
-  GpuResult g = run_gpu(p.args(), p.out, p.lse, p.max_logits);
-  if (::testing::Test::HasFailure()) return g;
-  expect_close("out", to_doubles(g.out), to_doubles(p.out), ref32.out, ref64.out, 0.0, DType::bf16);
-  expect_close("lse", to_doubles(g.lse), to_doubles(p.lse), ref32.lse, ref64.lse, kTensorCoreStatAllowance, DType::f32);
-  expect_close("max_logits", to_doubles(g.max_logits), to_doubles(p.max_logits), ref32.max_logits, ref64.max_logits,
-               kTensorCoreStatAllowance, DType::f32);
-  return g;
-}
-
-SparseMlaCase base_case(int64_t h_q, bool fp8) {
-  SparseMlaCase c;
-  c.rows = 4;
-  c.h_q = h_q;
-  c.num_slots = 2000;
-  c.topk = 256;
-  c.fp8 = fp8;
-  c.dtype = DType::bf16;
-  return c;
-}
-
-std::string name_of(const SparseMlaCase& c) {
-  return std::string(c.fp8 ? "fp8" : "bf16") + " h_q " + std::to_string(c.h_q) + " topk " + std::to_string(c.topk) +
-         " rows " + std::to_string(c.rows);
-}
 
 void run_case(const SparseMlaCase& c, std::mt19937_64& g) {
   SCOPED_TRACE(name_of(c));
@@ -316,7 +239,9 @@ TEST(SparseMlaGpuEdges, StridedViews) {
   d.q = dq.view, d.kv = dkv.view, d.indices = didx.view, d.topk_length = dtl.view, d.attn_sink = dsink.view;
   d.out = dout_big.view.slice(1, 1, 21).slice(2, 0, 512);
   d.lse = dlse_big.view.slice(1, 2, 22);
-  sparse_mla(d);
+  const std::size_t ws_bytes = sparse_mla_workspace_size(d, query_device_caps(Device::cuda()));
+  Buffer ws(std::max<std::size_t>(ws_bytes, 16), Device::cuda());
+  sparse_mla(d, Workspace{ws.data(), ws.bytes()}, {});
   stream_synchronize({});
   dout_big.download(out_big.view);
   dlse_big.download(lse_big.view);

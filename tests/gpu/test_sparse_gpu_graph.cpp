@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -165,11 +166,13 @@ Stage stage_args(ForwardMode mode, const SparseMetadata& m, const TensorView& re
   return st;
 }
 
-void run_stage(ForwardMode mode, const Stage& st, Stream s) {
+// mla_ws: sparse MLA's workspace (its split-K partial states at these few rows), sized by its query and
+// allocated before capture so every replay sees the same address.
+void run_stage(ForwardMode mode, const Stage& st, Workspace mla_ws, Stream s) {
   if (mode == ForwardMode::draft_extend) indexer_ragged(st.ragged, {}, s);
   else indexer_paged(st.paged, {}, s);
   topk(st.topk, {}, s);
-  sparse_mla(st.mla, {}, s);
+  sparse_mla(st.mla, mla_ws, s);
 }
 
 struct Outputs {
@@ -203,13 +206,16 @@ void run_mode(ForwardMode mode, std::mt19937_64& g) {
                                caches.index_k.d.view, buf.k_rag.d.view, buf.k_rag_scale.d.view, buf.ks.d.view,
                                buf.ke.d.view, buf.logits.d.view, buf.q.d.view, caches.mla.d.view, buf.indices.d.view,
                                buf.out.d.view, buf.lse.d.view);
-  run_stage(mode, dev, s);  // warm-up outside capture (kernel attributes, module load)
+  Buffer mla_ws_buf(std::max<std::size_t>(sparse_mla_workspace_size(dev.mla, query_device_caps(Device::cuda())), 16),
+                    Device::cuda());
+  const Workspace mla_ws{mla_ws_buf.data(), mla_ws_buf.bytes()};
+  run_stage(mode, dev, mla_ws, s);  // warm-up outside capture (kernel attributes, module load)
   ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
 
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  run_stage(mode, dev, s);
+  run_stage(mode, dev, mla_ws, s);
   ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
 
@@ -250,7 +256,7 @@ void run_mode(ForwardMode mode, std::mt19937_64& g) {
     ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
     const Outputs gr = fetch(buf, s);
     buf.poison_outputs(s);
-    run_stage(mode, dev, s);
+    run_stage(mode, dev, mla_ws, s);
     ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
     const Outputs ea = fetch(buf, s);
     EXPECT_TRUE(same(gr.logits, ea.logits)) << "graph != eager: logits";

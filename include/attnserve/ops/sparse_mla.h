@@ -20,7 +20,11 @@ struct SparseMlaArgs {
   TensorView lse{};         // optional [rows, h_q] f32 (natural log)
   TensorView max_logits{};  // optional [rows, h_q] f32 (scaled scores)
   float softmax_scale = 0.f;// required: DeepSeek-V3.2 uses 192^-0.5 * mscale^2, not 576^-0.5
+  bool deterministic = false;// CUDA: never split a row's top-k list (bits independent of the batch size)
 };
+// CUDA: when rows x head blocks leave the GPU underfilled, each row's top-k list is split across CTAs
+// and the workspace holds their partial states; the split count depends only on shapes, deterministic
+// and the device (CUDA-graph safe), never on index values or topk_length.
 std::size_t sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps);
 void sparse_mla(const SparseMlaArgs& a, Workspace ws = {}, Stream stream = {});
 

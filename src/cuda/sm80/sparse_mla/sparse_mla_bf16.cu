@@ -9,8 +9,11 @@ template <int HB>
 void launch_block(const Params& p, std::size_t smem_bytes, cudaStream_t stream) {
   auto* kernel = sparse_mla_kernel<HB, false>;
   ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
-  const int64_t ctas = p.rows * p.head_blocks;
-  kernel<<<unsigned(ctas), kThreads, smem_bytes, stream>>>(p);
+  // All of L1 as shared memory: two split-K CTAs of HB 16 (2 x 106 KB) share an SM only in the largest
+  // carveout; the driver would otherwise pick the smallest that holds one CTA.
+  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)));
+  const dim3 grid(unsigned(p.rows * p.head_blocks), unsigned(p.num_splits));  // y: split of the top-k list
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -39,7 +39,19 @@ struct Params {
   int head_blocks;
   float scale_log2;  // softmax_scale * log2(e)
   int stages;        // pipeline depth, 2 .. kMaxStages
+  // Split-K over the top-k list (grid y = split): split s covers tiles [s * split_tiles, (s + 1) * split_tiles)
+  // of the row's clamped length and, when num_splits > 1, writes its unnormalized partial state to the
+  // workspace instead of out / lse / max_logits (sparse_mla_combine.cu finishes the row).
+  int num_splits;    // 1: the CTA owns the whole row and writes the final outputs
+  int split_tiles;   // 32-key tiles per split
+  float* part_o;     // [num_splits, rows, h_q, 512] f32: sum_j 2^(s_j - m) v_j over the split's keys
+  float2* part_ml;   // [num_splits, rows, h_q] f32 pairs: (m, l) in base-2 scaled units; m = -inf: empty split
 };
+
+// Where the partial states of split `s` of (row, head) live: one layout shared by kernel and combine.
+__host__ __device__ inline int64_t part_index(int64_t s, int64_t row, int64_t head, int64_t rows, int h_q) {
+  return (s * rows + row) * h_q + head;
+}
 
 // Shared memory of one CTA: Q block, the key ring (bf16 rows, or raw FP8-656 tokens plus one bf16
 // tile they are dequantized into), partial scores of every k-split, per-stage validity masks.
@@ -65,5 +77,7 @@ constexpr SmemLayout smem_layout(int head_block, bool fp8, int stages) {
 // Launches (sparse_mla_bf16.cu / sparse_mla_fp8.cu). head_block is 16, 32 or 64.
 void launch_bf16(const Params& p, int head_block, std::size_t smem_bytes, void* stream);
 void launch_fp8(const Params& p, int head_block, std::size_t smem_bytes, void* stream);
+// The split-K combine (sparse_mla_combine.cu); only for num_splits > 1.
+void launch_combine(const Params& p, void* stream);
 
 }  // namespace attnserve::cuda::sparse_mla_sm80

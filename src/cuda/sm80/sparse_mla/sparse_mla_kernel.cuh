@@ -1,4 +1,5 @@
-// Sparse MLA kernel (sm80+, mma.sync): one CTA per (query row, block of HB heads), 8 warps.
+// Sparse MLA kernel (sm80+, mma.sync): one CTA per (query row, block of HB heads, split of the top-k
+// list), 8 warps.
 //
 //   per tile of 32 top-k positions (a ring of `stages` tiles in flight, cp.async):
 //     gather   the tile's slots (indices < 0, >= num_slots, or past topk_length: zero rows, masked);
@@ -11,6 +12,9 @@
 //     P V      P from registers (bf16), V = the tile's first 512 columns via ldmatrix.trans
 //   epilogue   out = O / (l + exp(sink - m)), lse = m + log l, max_logits = m (natural units);
 //              rows with no valid slot: out 0, lse = max_logits = -inf.
+//              Split-K (num_splits > 1, grid y = split): the CTA covers split_tiles tiles of the row and
+//              stores (O, m, l) unnormalized to the workspace; sparse_mla_combine.cu merges the splits
+//              in a fixed order and applies the sink once.
 //
 // HB = 64: 4 head tiles x 2 key groups x 1 split; PV 256 dims per warp (128 accumulators / lane)
 // HB = 32: 2 x 2 x 2;                                PV 128 dims per warp
@@ -56,8 +60,10 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* sRaw, uint8_t* sT
   *reinterpret_cast<uint4*>(dst + 2 * (512 + 8 * part)) = *reinterpret_cast<const uint4*>(src + 528 + 16 * part);
 }
 
+// HB 16 is capped at 128 registers so two CTAs share an SM (the split-K configuration picks a ring
+// that fits two; ptxas reports 123-128 without the cap, so the cap costs no spills).
 template <int HB, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(const Params p) {
   constexpr int MT = HB / 16;                  // head tiles of 16
   constexpr int KG = 2;                        // QK key groups (16 keys each)
   constexpr int KS = 8 / (MT * KG);            // QK k-splits
@@ -74,6 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   const int64_t row = blockIdx.x / p.head_blocks;
   const int h0 = int(blockIdx.x % p.head_blocks) * HB;
+  const int split = int(blockIdx.y);
   const int stages = p.stages;
   const SmemLayout L = smem_layout(HB, kFp8, stages);
   uint8_t* sQ = smem + L.q_off;        // [HB][kRowBytes]
@@ -87,7 +94,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p)
     const int v = p.topk_length[row * p.topk_length_stride];
     n = v < 0 ? 0 : (v > p.topk ? p.topk : v);
   }
-  const int num_tiles = (n + kTileKeys - 1) / kTileKeys;
+  // This CTA's tiles: [tile0, tile0 + num_tiles) of the row; empty when topk_length ends before them.
+  const int row_tiles = (n + kTileKeys - 1) / kTileKeys;
+  const int tile0 = split * p.split_tiles;
+  const int num_tiles = max(0, min(row_tiles - tile0, p.split_tiles));
   const int32_t* idx_row = p.indices + row * p.idx_row_stride;
 
   // Q block (zero rows past h_q), committed with the first tile.
@@ -98,14 +108,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p)
     dsa::cp_async_16(dsa::smem_u32(sQ + h * kRowBytes + ch * 16), src, ok ? 16 : 0);
   }
 
-  // Gathers tile t into ring slot `slot`. Every warp loads the tile's 32 slot ids (lane = key).
-  auto issue = [&](int t, int slot) {
-    const int pos = t * kTileKeys + lane;
+  // Slot id of key `lane` of local tile t (-1: past the length, negative or out of range). Every warp
+  // loads the tile's 32 ids itself.
+  auto load_sid = [&](int t) {
+    const int pos = (tile0 + t) * kTileKeys + lane;
     int sid = -1;
-    if (pos < n) {
+    if (t < num_tiles && pos < n) {
       const int64_t v = idx_row[int64_t(pos) * p.idx_col_stride];
       if (v >= 0 && v < p.num_slots) sid = int(v);
     }
+    return sid;
+  };
+  // Gathers local tile t (its ids in `sid`) into ring slot `slot`.
+  auto issue = [&](int sid, int slot) {
     if (warp == 0) {
       const unsigned m = __ballot_sync(dsa::kFullMask, sid >= 0);
       if (lane == 0) sMask[slot] = m;
@@ -134,9 +149,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p)
   };
 
   for (int s = 0; s < stages - 1; ++s) {
-    if (s < num_tiles) issue(s, s);
+    if (s < num_tiles) issue(load_sid(s), s);
     dsa::cp_async_commit();
   }
+  // The ids of the next tile to gather are loaded one iteration ahead: the load's latency then hides
+  // behind a tile of math instead of stalling the gather (the dense kernels' page-id lesson, NOTES.md).
+  int next_sid = load_sid(stages - 1);
 
   // Roles.
   const int qk_m = warp / (KG * KS), qk_kg = (warp / KS) % KG, qk_ks = warp % KS;
@@ -162,7 +180,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p)
     }
     {  // refill the slot of tile t - 1 (everyone finished it at the end of the previous iteration)
       const int tn = t + stages - 1;
-      if (tn < num_tiles) issue(tn, tn % stages);
+      if (tn < num_tiles) {
+        issue(next_sid, tn % stages);
+        next_sid = load_sid(tn + 1);
+      }
       dsa::cp_async_commit();
     }
 
@@ -284,6 +305,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const Params p)
     const int head = h0 + 16 * pv_m + g + 8 * r;
     if (head >= p.h_q) continue;
     const bool empty = m_run[r] == -INFINITY;
+    if (p.num_splits > 1) {  // partial state; an empty split writes only m = -inf (its O is never read)
+      const int64_t part = part_index(split, row, head, p.rows, p.h_q);
+      if (pv_dv == 0 && tig == 0) p.part_ml[part] = make_float2(m_run[r], l);
+      if (!empty) {
+        float* dst = p.part_o + part * kDimV + pv_dv * DVW + 2 * tig;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+      }
+      continue;
+    }
     float inv = 0.f;
     if (!empty) {
       float denom = l;
