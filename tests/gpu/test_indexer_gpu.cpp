@@ -345,6 +345,7 @@ TEST(QuantizeFp8Gpu, ZeroRows) {
 // Same bits as folding the scales into the weights by hand (the product is one float multiply in both),
 // for the paged and the ragged form; the folded-in form is checked against the CPU oracle above.
 TEST(IndexerQScaleGpu, EqualsWeightsWithTheScaleFoldedIn) {
+  DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   const int64_t heads = 64;
   {  // paged, next_n 2, page 64
