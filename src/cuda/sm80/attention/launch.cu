@@ -124,10 +124,12 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   if (!a.deterministic && (tune.mt == 1 || tune.mt == 4)) c.mt = tune.mt;
   c.m_blocks = ceil_div(rows_max, 16 * c.mt);
 
-  // Bulk copies (sm_90+): decode-shaped tiles (MT 1) of a bf16/f16 cache, where this build holds the
-  // sm_90 kernels. Tuning may force either way; forcing them on where they cannot run is an error.
+  // Bulk copies (sm_90+, decode-shaped tiles of a bf16/f16 cache): opt-in only. Measured on the H200
+  // (bench/NOTES.md, session 2): 3107 GB/s against 3915 for cp.async at b64x8K page 16 — one 256-byte
+  // bulk copy per token row runs slower than sixteen 16-byte cp.async. Forcing them where they cannot
+  // run is an error.
   const bool bulk_ok = caps.arch >= 90 && !fp8 && c.mt == 1 && bulk_kernels_built();
-  c.bulk = tune.bulk < 0 ? bulk_ok : tune.bulk == 1;
+  c.bulk = tune.bulk == 1;
   ATTNSERVE_CHECK(!c.bulk || bulk_ok, kOp, ": bulk copies need an sm_90+ device with kernels built for it, "
                   "a bf16/f16 cache and decode-shaped blocks (mt 1)");
 

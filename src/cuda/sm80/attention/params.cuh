@@ -56,7 +56,7 @@ struct Tuning {
   int stages = 0;
   int mt = 0;
   int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
-  int bulk = -1;          // -1: default (on where supported), 0: cp.async, 1: bulk copies (error if unsupported)
+  int bulk = -1;          // -1 / 0: cp.async (default: faster, measured); 1: bulk copies (error if unsupported)
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
   // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
   // 3 (kPingPong): that Hopper kernel whenever it supports the call.

@@ -66,8 +66,14 @@ MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTun
   while (c.rows_per_block > 16 && smem_bytes(c.rows_per_block, 2) > caps.smem_per_block) c.rows_per_block /= 2;
   const int hb = c.rows_per_block;
   c.m_blocks = ceil_div(rows_max, hb);
-  // Deepest ring that fits one CTA per SM (H100/H200: HB 64 3 tiles, HB 32 4, HB 16 5).
+  // Deepest ring that fits one CTA per SM (H100/H200: HB 64 3 tiles, HB 32 4). HB 16 (memory bound)
+  // takes the deepest ring that lets two CTAs share an SM (H200: 2 tiles; the kernel is capped at 128
+  // registers for it): one 8-warp CTA per SM measured 1779 GB/s at b128 x h_q 16 (session 2).
+  const std::size_t two_ctas = (caps.smem_per_block + 1024) / 2 - 1024;
   c.stages = 0;
+  if (hb == 16)
+    for (int s = 5; s >= 2 && !c.stages; --s)
+      if (smem_bytes(hb, s) <= two_ctas) c.stages = s;
   for (int s = 5; s >= 2 && !c.stages; --s)
     if (smem_bytes(hb, s) <= caps.smem_per_block) c.stages = s;
   if (tune.stages >= 2 && tune.stages <= kMaxStages && smem_bytes(hb, tune.stages) <= caps.smem_per_block)
@@ -81,7 +87,8 @@ MlaConfig select(const MlaAttentionArgs& a, const DeviceCaps& caps, const MlaTun
     c.split_keys = kDeterministicSplitKeys;
     c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));
   } else {
-    c.num_splits = heuristic_splits(int64_t(b) * c.m_blocks, caps.num_sms, max_tiles / 4);  // >= 4 key tiles per split
+    const int ctas_per_sm = hb == 16 && c.smem <= two_ctas ? 2 : 1;
+    c.num_splits = heuristic_splits(int64_t(b) * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles / 4);  // >= 4 key tiles per split
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
   ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");

@@ -89,7 +89,7 @@ __device__ __forceinline__ void row_bounds(const Params& p, int q_row, int q_len
 }
 
 template <int HB>
-__global__ void __launch_bounds__(kThreads, 1) mla_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const Params p) {  // HB 16: two CTAs per SM
   using T = __nv_bfloat16;
   constexpr int MT = HB / 16;              // row tiles of 16
   constexpr int KG = key_groups_of(HB);    // QK key groups

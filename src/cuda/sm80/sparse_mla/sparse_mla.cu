@@ -74,7 +74,9 @@ SparseMlaConfig select(const SparseMlaArgs& a, const DeviceCaps& caps, const Spa
   c.num_splits = int(dsa::ceil_div(tiles, c.split_tiles));  // no split left without tiles by the cut
   ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
 
-  c.stages = c.num_splits > 1 && shared2 ? shared2 : deep;
+  // HB 16 always takes the two-CTA ring (H200, session 2: 256 rows x h_q 16 unsplit ran 365 us on the deep
+  // ring, 253 us on the two-CTA ring; 128 rows, 1 split: 188 vs 192 us).
+  c.stages = shared2 ? shared2 : deep;
   if (tune.stages >= 2 && tune.stages <= kMaxStages && bytes(tune.stages) <= per_block) c.stages = tune.stages;
   c.smem = bytes(c.stages);
   c.ctas_per_sm = c.head_block == 16 && c.smem <= two_ctas ? 2 : 1;
