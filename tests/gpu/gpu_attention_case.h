@@ -33,6 +33,22 @@ struct AttnSpec {
   float q_range = 2.f;
 };
 
+// n random lengths in [lo, hi].
+inline std::vector<int> random_lens(std::mt19937_64& g, int n, int lo, int hi) {
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<int> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Extend: k_len = prefix + q_len for each request.
+inline std::vector<int> with_prefix(std::mt19937_64& g, const std::vector<int>& q_lens, int max_prefix) {
+  std::uniform_int_distribution<int> d(0, max_prefix);
+  std::vector<int> k(q_lens.size());
+  for (size_t i = 0; i < q_lens.size(); ++i) k[i] = q_lens[i] + d(g);
+  return k;
+}
+
 inline void set_nan(HostTensor& t) { std::memset(t.bytes.data(), 0xff, t.bytes.size()); }
 
 struct AttnCase {

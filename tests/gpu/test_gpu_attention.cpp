@@ -7,25 +7,6 @@
 using namespace attnserve;
 using namespace attnserve::test;
 
-namespace {
-
-std::vector<int> random_lens(std::mt19937_64& g, int n, int lo, int hi) {
-  std::uniform_int_distribution<int> d(lo, hi);
-  std::vector<int> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
-// Extend: k_len = prefix + q_len for each request.
-std::vector<int> with_prefix(std::mt19937_64& g, const std::vector<int>& q_lens, int max_prefix) {
-  std::uniform_int_distribution<int> d(0, max_prefix);
-  std::vector<int> k(q_lens.size());
-  for (size_t i = 0; i < q_lens.size(); ++i) k[i] = q_lens[i] + d(g);
-  return k;
-}
-
-}  // namespace
-
 TEST(GpuAttention, DecodeGqa4PageSizes) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();

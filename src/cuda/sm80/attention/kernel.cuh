@@ -26,6 +26,7 @@
 #include <cuda_fp8.h>
 
 #include "cuda/common/bulk_copy.cuh"
+#include "cuda/common/masking.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
 #include "params.cuh"
@@ -64,16 +65,6 @@ struct Traits {
 template <int ROW_BYTES>
 __device__ __forceinline__ uint32_t swz(int r, int c) {
   return uint32_t(r * ROW_BYTES + ((c ^ (r & 7)) << 4));
-}
-
-// Key range [lo, hi] seen by query row q_row (of q_len) over k_len keys (attention.h contract).
-__device__ __forceinline__ void row_bounds(const Params& p, int q_row, int q_len, int k_len, int& lo, int& hi) {
-  const int pos = k_len - q_len + q_row;
-  hi = k_len - 1;
-  if (p.causal) hi = min(hi, pos);
-  if (p.window_right >= 0) hi = min(hi, pos + p.window_right);
-  lo = 0;
-  if (p.window_left >= 0) lo = max(lo, pos - p.window_left);
 }
 
 // Byte offset of 16-byte chunk `c` of row `r` in a K/V tile the tensor cores read: swizzled T rows,

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/masking.cuh"
 
 namespace attnserve::cuda::mla {
 
@@ -77,15 +78,6 @@ constexpr int k_splits_of(int hb) { return 8 / (hb / 16 * key_groups_of(hb)); }
 constexpr std::size_t smem_bytes(int hb, int stages) {
   return std::size_t(hb) * kRowBytes + std::size_t(stages) * kTileBytes +
          std::size_t(k_splits_of(hb)) * hb * kScoreStride * 4;
-}
-
-__device__ __forceinline__ void row_bounds(const Params& p, int q_row, int q_len, int k_len, int& lo, int& hi) {
-  const int pos = k_len - q_len + q_row;
-  hi = k_len - 1;
-  if (p.causal) hi = min(hi, pos);
-  if (p.window_right >= 0) hi = min(hi, pos + p.window_right);
-  lo = 0;
-  if (p.window_left >= 0) lo = max(lo, pos - p.window_left);
 }
 
 template <int HB>

@@ -4,6 +4,7 @@
 #pragma once
 #include "config.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/masking.cuh"
 #include "cuda/sm80/attention/params.cuh"
 #include "cuda/sm90/common/wgmma.cuh"
 
@@ -28,16 +29,6 @@ struct Traits {
 template <int PANEL_BYTES>
 __device__ __forceinline__ uint32_t tile_offset(int row, int ch) {
   return uint32_t((ch >> 3) * PANEL_BYTES) + sm90::sw128_offset(row, ch & 7);
-}
-
-// Key range [lo, hi] seen by query row q_row (of q_len) over k_len keys (attention.h contract).
-__device__ __forceinline__ void row_bounds(const Params& p, int q_row, int q_len, int k_len, int& lo, int& hi) {
-  const int pos = k_len - q_len + q_row;
-  hi = k_len - 1;
-  if (p.causal) hi = min(hi, pos);
-  if (p.window_right >= 0) hi = min(hi, pos + p.window_right);
-  lo = 0;
-  if (p.window_left >= 0) lo = max(lo, pos - p.window_left);
 }
 
 // One CTA's request, rows and key tiles. Causal: the last m-blocks see the most keys; they are
