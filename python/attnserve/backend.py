@@ -157,17 +157,6 @@ def _rows_2d(a):
     return a
 
 
-def _count_layers(get) -> int:
-    n = 0
-    while n < 100000:
-        try:
-            get(n)
-        except (ValueError, IndexError):
-            return n
-        n += 1
-    return n
-
-
 def _kv_layers(pool, mla: bool, num_layers=None):
     """Per-layer (k, v, k_scale, v_scale) from: a list [(k, v), ...] (MLA: [cache, ...]); an attnserve
     MhaKvPool / MlaKvPool; or an sglang-style pool (get_kv_buffer / get_key_buffer, layer_num)."""
@@ -181,13 +170,13 @@ def _kv_layers(pool, mla: bool, num_layers=None):
                 ks.append(item)
                 vs.append(None)
     elif isinstance(pool, _attnserve.MhaKvPool):
-        n = num_layers or _count_layers(pool.k)
+        n = num_layers or pool.num_layers
         ks = [pool.k(i) for i in range(n)]
         vs = [pool.v(i) for i in range(n)]
         k_scales = [pool.k_scale(i) for i in range(n)]
         v_scales = [pool.v_scale(i) for i in range(n)]
     elif isinstance(pool, _attnserve.MlaKvPool):
-        n = num_layers or _count_layers(pool.cache)
+        n = num_layers or pool.num_layers
         ks = [pool.cache(i) for i in range(n)]
         vs = [None] * n
     elif hasattr(pool, "get_kv_buffer") or hasattr(pool, "get_key_buffer"):

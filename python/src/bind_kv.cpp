@@ -75,6 +75,8 @@ void bind_kv(nb::module_& m) {
       .def("v_paged", [](nb::handle self, int64_t l, int ps) { return to_python(nb::cast<MhaKvPool&>(self).v_paged(l, ps), self); })
       .def("k_scale", &MhaKvPool::k_scale)
       .def("v_scale", &MhaKvPool::v_scale)
+      .def_prop_ro("num_layers", &MhaKvPool::num_layers)
+      .def_prop_ro("num_slots", &MhaKvPool::num_slots)
       .def_prop_ro("bytes", &MhaKvPool::bytes);
 
   nb::enum_<MlaCacheFormat>(m, "MlaCacheFormat").value("bf16", MlaCacheFormat::bf16).value("fp8_656", MlaCacheFormat::fp8_656);
@@ -86,6 +88,8 @@ void bind_kv(nb::module_& m) {
            },
            arg("num_layers"), arg("num_slots"), arg("format") = MlaCacheFormat::bf16, arg("device") = "cpu")
       .def("cache", [](nb::handle self, int64_t l) { return to_python(nb::cast<MlaKvPool&>(self).cache(l), self); })
+      .def_prop_ro("num_layers", &MlaKvPool::num_layers)
+      .def_prop_ro("num_slots", &MlaKvPool::num_slots)
       .def_prop_ro("bytes", &MlaKvPool::bytes);
 
   nb::class_<IndexerKeyPool>(m, "IndexerKeyPool", "Per-layer indexer keys: [num_pages, page_size * 132] bytes.")
@@ -95,6 +99,9 @@ void bind_kv(nb::module_& m) {
            },
            arg("num_layers"), arg("num_pages"), arg("page_size"), arg("device") = "cpu")
       .def("cache", [](nb::handle self, int64_t l) { return to_python(nb::cast<IndexerKeyPool&>(self).cache(l), self); })
+      .def_prop_ro("num_layers", &IndexerKeyPool::num_layers)
+      .def_prop_ro("num_pages", &IndexerKeyPool::num_pages)
+      .def_prop_ro("num_slots", &IndexerKeyPool::num_slots)
       .def_prop_ro("bytes", &IndexerKeyPool::bytes);
 }
 

@@ -22,6 +22,7 @@ def test_slot_allocator_is_page_aware_and_all_or_nothing():
 
 def test_pool_views_share_memory_and_store_writes_slots(rng):
     pool = A.MhaKvPool(num_layers=2, num_slots=32, h_kv=2, head_dim=8, head_dim_v=8, dtype="f16")
+    assert (pool.num_layers, pool.num_slots) == (2, 32)
     k = rng.standard_normal((3, 2, 8)).astype(np.float32)
     v = rng.standard_normal((3, 2, 8)).astype(np.float32)
     loc = np.array([5, 9, 31], np.int64)
@@ -40,3 +41,11 @@ def test_req_to_token_pool_rows():
     assert list(p.table[r, :3]) == [7, 8, 9]
     with pytest.raises(A.Error):
         p.write(r, 15, [1, 2])
+
+
+def test_pools_report_their_sizes():
+    mla = A.MlaKvPool(3, 64, A.MlaCacheFormat.fp8_656)
+    assert (mla.num_layers, mla.num_slots) == (3, 64)
+    assert mla.cache(2).shape == (64, 656)
+    idx = A.IndexerKeyPool(2, 5, 64)
+    assert (idx.num_layers, idx.num_pages, idx.num_slots) == (2, 5, 320)
