@@ -35,6 +35,52 @@ inline void require_rows16(std::string_view op, std::string_view arg, const Tens
                   "strides that are multiples of 16 bytes on CUDA (shape ", t.shape_string(), ")");
 }
 
+// True when the base and every stride but the last keep `bytes`-aligned addresses at the start of
+// every last-dim row (the last dim itself may have any length).
+inline bool rows_aligned(const TensorView& t, std::size_t bytes) {
+  if (!aligned_to(t.data, bytes)) return false;
+  const std::size_t esize = dtype_size(t.dtype);
+  for (int d = 0; d + 1 < t.ndim; ++d)
+    if (t.shape[std::size_t(d)] > 1 && (std::size_t(t.strides[std::size_t(d)]) * esize) % bytes != 0) return false;
+  return true;
+}
+
+inline void require_rows_aligned(std::string_view op, std::string_view arg, const TensorView& t, std::size_t bytes) {
+  ATTNSERVE_CHECK(rows_aligned(t, bytes), op, ": argument '", arg, "' needs a ", bytes,
+                  "-byte aligned base and row strides that are multiples of ", bytes, " bytes on CUDA (shape ",
+                  t.shape_string(), ")");
+}
+
+// Makes the tensors' device current for the launch, restores the previous one afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(Device d) {
+    ATTNSERVE_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != d.index) ATTNSERVE_CUDA_CHECK(cudaSetDevice(d.index));
+    cur_ = d.index;
+  }
+  ~DeviceGuard() {
+    if (prev_ != cur_) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0, cur_ = 0;
+};
+
+inline int max_dynamic_smem(int device) {
+  int v = 0;
+  ATTNSERVE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return v;
+}
+
+inline int num_sms(int device) {
+  int v = 0;
+  ATTNSERVE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+  return v;
+}
+
 inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
 // Split-KV count, FlashAttention-style: split only when the `base` CTAs leave the `slots` CTA slots of
@@ -55,10 +101,9 @@ inline int heuristic_splits(int64_t base, int slots, int max_splits) {
 }
 
 inline int num_sms_of_current_device() {
-  int dev = 0, n = 0;
+  int dev = 0;
   ATTNSERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  ATTNSERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
+  return num_sms(dev);
 }
 
 // Grid for a grid-stride loop over `work` items with `threads` per block.

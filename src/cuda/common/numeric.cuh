@@ -32,6 +32,19 @@ __device__ __forceinline__ float2 fp8x2_to_float2(uint16_t two) {
   return __half22float2(*reinterpret_cast<__half2*>(&h));
 }
 
+// Two e4m3 bytes (low byte first) -> f16x2 holding the same values exactly (e4m3 is a subset of f16).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint16_t two) {
+  __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+// Four e4m3 bytes of a word -> two f16x2 words (bytes 0,1 -> lo; bytes 2,3 -> hi).
+__device__ __forceinline__ void fp8x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = fp8x2_to_f16x2(uint16_t(w & 0xffffu));
+  hi = fp8x2_to_f16x2(uint16_t(w >> 16));
+}
+// float -> e4m3 bits as numeric.h's to_fp8_e4m3: nearest even, saturating to +-448, NaN -> 0x7f.
+__device__ __forceinline__ uint8_t float_to_fp8_bits(float x) { return isnan(x) ? uint8_t(0x7f) : fp8_bits(x); }
+
 // fp8_pow2_scale (numeric.h): max(amax, floor) / 448 rounded up to a power of two.
 __device__ __forceinline__ float fp8_pow2_scale(float amax, float floor_value = 1e-4f) {
   float s = fmaxf(amax, floor_value) / 448.f;

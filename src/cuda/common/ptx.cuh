@@ -7,6 +7,8 @@
 
 namespace attnserve::cuda::ptx {
 
+constexpr unsigned kFullMask = 0xffffffffu;
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

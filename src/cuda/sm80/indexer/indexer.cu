@@ -20,8 +20,9 @@
 
 #include "attnserve/cache_formats.h"
 #include "cuda/cuda_ops.h"
-#include "cuda/sm80/sparse_mla/dsa_device.cuh"
-#include "cuda/sm80/sparse_mla/dsa_host.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/host_util.cuh"
 
 namespace attnserve::cuda {
 namespace {
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
         uint32_t lo, hi;
-        dsa::fp8x4_to_f16x4(w[ks], lo, hi);
+        fp8x4_to_f16x4(w[ks], lo, hi);
         a[mt][ks][hf] = lo;      // row g (+8 for hf 1), logical cols 2tig, 2tig+1
         a[mt][ks][2 + hf] = hi;  // logical cols 2tig+8, 2tig+9
       }
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
       }
       uint32_t b[8][2];
 #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) dsa::fp8x4_to_f16x4(wq[ks], b[ks][0], b[ks][1]);
+      for (int ks = 0; ks < 8; ++ks) fp8x4_to_f16x4(wq[ks], b[ks][0], b[ks][1]);
       const int h0 = nt * 8 + 2 * tig;  // output columns (heads) of c0/c2 and c1/c3
       const float w0 = h0 < p.heads ? head_weight<kQScale>(p, row, h0) : 0.f;
       const float w1 = h0 + 1 < p.heads ? head_weight<kQScale>(p, row, h0 + 1) : 0.f;
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
 #pragma unroll
         for (int ks = 0; ks < 8; ++ks) {
           acc[ks][0] = acc[ks][1] = acc[ks][2] = acc[ks][3] = 0.f;
-          dsa::mma_f16_16816(acc[ks], a[mt][ks], b[ks][0], b[ks][1]);
+          ptx::mma_16816<__half>(acc[ks], a[mt][ks], b[ks][0], b[ks][1]);
         }
         float dot[4];
 #pragma unroll
@@ -251,8 +252,8 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        part[mt][hf] += __shfl_xor_sync(dsa::kFullMask, part[mt][hf], 1);
-        part[mt][hf] += __shfl_xor_sync(dsa::kFullMask, part[mt][hf], 2);
+        part[mt][hf] += __shfl_xor_sync(ptx::kFullMask, part[mt][hf], 1);
+        part[mt][hf] += __shfl_xor_sync(ptx::kFullMask, part[mt][hf], 2);
       }
     const float mine = pick(part, tig);
     if (my_col_in) {
@@ -267,7 +268,7 @@ void launch(const IndexerParams& p, bool paged, Stream stream) {
   if (ctas == 0) return;
   ATTNSERVE_CHECK(ctas <= int64_t(0x7fffffff), paged ? "indexer_paged" : "indexer_ragged", ": ", p.rows, " rows x ",
                   p.num_cols, " columns need more CTAs than a CUDA grid holds");
-  cudaStream_t s = dsa::to_cuda(stream);
+  cudaStream_t s = to_cuda(stream);
   const dim3 grid{unsigned(ctas)}, block{unsigned(kWarps * 32)};
   if (paged) {
     if (p.q_scale) indexer_kernel<true, true><<<grid, block, 0, s>>>(p);
@@ -299,7 +300,7 @@ IndexerParams common_params(const TensorView& q, const TensorView& w, const Tens
   p.logit_row_stride = logits.stride(0);
   p.logit_col_stride = logits.stride(1);
   p.num_cols = logits.size(1);
-  p.col_blocks = dsa::ceil_div(p.num_cols, kColsPerCta);
+  p.col_blocks = ceil_div(p.num_cols, kColsPerCta);
   return p;
 }
 
@@ -308,12 +309,12 @@ IndexerParams common_params(const TensorView& q, const TensorView& w, const Tens
 void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
   constexpr const char* op = "indexer_ragged";
   if (a.q.size(0) == 0 || a.k.size(0) == 0) return;
-  dsa::require_rows_aligned(op, "q", a.q, 16);
-  dsa::require_rows_aligned(op, "k", a.k, 16);
-  dsa::DeviceGuard guard(a.q.device);
+  require_rows_aligned(op, "q", a.q, 16);
+  require_rows_aligned(op, "k", a.k, 16);
+  DeviceGuard guard(a.q.device);
   IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits);
   p.rows_per_group = kRaggedGroupRows;
-  p.num_groups = dsa::ceil_div(p.rows, kRaggedGroupRows);
+  p.num_groups = ceil_div(p.rows, kRaggedGroupRows);
   p.key_vec16 = true;
   p.k = a.k.ptr<const uint8_t>();
   p.k_row_stride = a.k.stride(0);
@@ -329,10 +330,10 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
 void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
   constexpr const char* op = "indexer_paged";
   if (a.q.size(0) == 0 || a.logits.size(1) == 0) return;
-  dsa::require_rows_aligned(op, "q", a.q, 16);
-  ATTNSERVE_CHECK(dsa::aligned_to(a.index_k_cache.data, 16), op,
+  require_rows_aligned(op, "q", a.q, 16);
+  ATTNSERVE_CHECK(aligned_to(a.index_k_cache.data, 16), op,
                   ": argument 'index_k_cache' needs a 16-byte aligned base on CUDA");
-  dsa::DeviceGuard guard(a.q.device);
+  DeviceGuard guard(a.q.device);
   IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits);
   p.rows_per_group = a.next_n;
   p.num_groups = a.q.size(0) / a.next_n;

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/masking.cuh"
 
@@ -287,46 +288,8 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
           sv[i][kk][2 * half] = (j >= lo[i] && j <= hi[i]) ? v0 : -INFINITY;
           sv[i][kk][2 * half + 1] = (j + 1 >= lo[i] && j + 1 <= hi[i]) ? v1 : -INFINITY;
         }
-    float alpha[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float tmax = -INFINITY;
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) tmax = fmaxf(tmax, sv[i][kk][e]);
-      tmax = ptx::quad_max(tmax);
-      const float m_new = fmaxf(m_run[i], tmax);
-      alpha[i] = m_run[i] == -INFINITY ? 0.f : exp2f(m_run[i] - m_new);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sv[i][kk][e] = exp2f(sv[i][kk][e] - m_use);
-          sum += sv[i][kk][e];
-        }
-      l_run[i] = l_run[i] * alpha[i] + sum;
-      m_run[i] = m_new;
-    }
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
-      }
-    }
     uint32_t pa[2][4];
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      pa[kk][0] = ptx::pack2<T>(sv[0][kk][0], sv[0][kk][1]);  // row g, cols 16kk + 2tig
-      pa[kk][1] = ptx::pack2<T>(sv[1][kk][0], sv[1][kk][1]);  // row g + 8
-      pa[kk][2] = ptx::pack2<T>(sv[0][kk][2], sv[0][kk][3]);  // row g, cols + 8
-      pa[kk][3] = ptx::pack2<T>(sv[1][kk][2], sv[1][kk][3]);  // row g + 8, cols + 8
-    }
+    online_softmax_step<T, NT>(sv, m_run, l_run, o, pa);
 
     // ---- O[16 rows][DVW dims] += P[16][32] V[32][DVW].
     {

@@ -7,8 +7,9 @@
 #include <cuda_fp16.h>
 
 #include "cuda/cuda_ops.h"
-#include "cuda/sm80/sparse_mla/dsa_device.cuh"
-#include "cuda/sm80/sparse_mla/dsa_host.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/host_util.cuh"
 
 namespace attnserve::cuda {
 namespace {
@@ -39,9 +40,9 @@ __global__ void __launch_bounds__(256) quantize_fp8_groups_kernel(QuantizeParams
     float amax = 0.f;  // fmaxf ignores NaN, as std::fmax on the CPU
     for (int64_t c = lane; c < p.group; c += 32) amax = fmaxf(amax, fabsf(load_f32(gx + c)));
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(dsa::kFullMask, amax, o));
-    const float scale = dsa::fp8_pow2_scale(amax);
-    for (int64_t c = lane; c < p.group; c += 32) gout[c] = dsa::float_to_fp8_bits(load_f32(gx + c) / scale);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(ptx::kFullMask, amax, o));
+    const float scale = fp8_pow2_scale(amax);
+    for (int64_t c = lane; c < p.group; c += 32) gout[c] = float_to_fp8_bits(load_f32(gx + c) / scale);
     if (lane == 0) p.scales[r * p.scale_row_stride + gi * p.scale_col_stride] = scale;
   }
 }
@@ -51,14 +52,14 @@ __global__ void __launch_bounds__(256) quantize_fp8_groups_kernel(QuantizeParams
 void quantize_fp8_groups(const QuantizeFp8Args& a, Stream stream) {
   const int64_t rows = a.x.size(0), dim = a.x.size(1), groups = dim / a.group;
   if (rows == 0 || groups == 0) return;
-  dsa::DeviceGuard guard(a.x.device);
+  DeviceGuard guard(a.x.device);
   QuantizeParams p{a.x.data, a.out.ptr<uint8_t>(), a.scales.ptr<float>(), rows, groups, a.group,
                    a.x.stride(0), a.out.stride(0), a.scales.stride(0), a.scales.stride(1)};
   constexpr int kThreads = 256, kWarps = kThreads / 32;
-  const int64_t wanted = dsa::ceil_div(rows * groups, kWarps);
-  const int64_t cap = int64_t(dsa::num_sms(a.x.device.index)) * 16;
+  const int64_t wanted = ceil_div(rows * groups, kWarps);
+  const int64_t cap = int64_t(num_sms(a.x.device.index)) * 16;
   const unsigned grid = unsigned(wanted < cap ? wanted : cap);
-  cudaStream_t s = dsa::to_cuda(stream);
+  cudaStream_t s = to_cuda(stream);
   switch (a.x.dtype) {
     case DType::f32: quantize_fp8_groups_kernel<float><<<grid, kThreads, 0, s>>>(p); break;
     case DType::bf16: quantize_fp8_groups_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(p); break;

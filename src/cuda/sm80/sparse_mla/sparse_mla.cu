@@ -10,7 +10,6 @@
 #include "attnserve/cache_formats.h"
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
-#include "cuda/sm80/sparse_mla/dsa_host.cuh"
 #include "cuda/sm80/sparse_mla/sparse_mla_api.h"
 #include "cuda/sm80/sparse_mla/sparse_mla_config.h"
 
@@ -31,8 +30,8 @@ std::size_t partial_o_bytes(int splits, int64_t rows, int64_t h_q) {
 // The device's caps from two attribute queries (cheap enough per launch; no property struct).
 DeviceCaps launch_caps(int device) {
   DeviceCaps c;
-  c.num_sms = dsa::num_sms(device);
-  c.smem_per_block = std::size_t(dsa::max_dynamic_smem(device));
+  c.num_sms = num_sms(device);
+  c.smem_per_block = std::size_t(max_dynamic_smem(device));
   return c;
 }
 
@@ -50,7 +49,7 @@ SparseMlaConfig select(const SparseMlaArgs& a, const DeviceCaps& caps, const Spa
   const int64_t rows = a.q.size(0), h_q = a.q.size(1);
   const bool fp8 = a.kv.dtype == DType::u8;
   c.head_block = h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64);
-  c.head_blocks = int(dsa::ceil_div(std::max<int64_t>(h_q, 1), c.head_block));
+  c.head_blocks = int(ceil_div(std::max<int64_t>(h_q, 1), c.head_block));
   const std::size_t per_block = caps.smem_per_block;
   const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;  // each CTA also reserves 1 KB
   auto bytes = [&](int s) { return smem_layout(c.head_block, fp8, s).total; };
@@ -63,15 +62,15 @@ SparseMlaConfig select(const SparseMlaArgs& a, const DeviceCaps& caps, const Spa
                   c.head_block, ", ", fp8 ? "FP8-656" : "bf16", " cache); the device offers ", per_block,
                   " (sm_80 / sm_90 class GPUs are supported)");
 
-  const int tiles = int(std::max<int64_t>(1, dsa::ceil_div(a.indices.size(1), kTileKeys)));
+  const int tiles = int(std::max<int64_t>(1, ceil_div(a.indices.size(1), kTileKeys)));
   int splits = 1;
   if (!a.deterministic) {  // deterministic: one CTA per row whatever the batch (bits independent of it)
     const int slots = caps.num_sms * (shared2 ? 2 : 1);
     splits = heuristic_splits(rows * c.head_blocks, slots, tiles / kMinTilesPerSplit);
   }
   if (tune.num_splits > 0) splits = std::min(tune.num_splits, tiles);
-  c.split_tiles = int(dsa::ceil_div(tiles, splits));
-  c.num_splits = int(dsa::ceil_div(tiles, c.split_tiles));  // no split left without tiles by the cut
+  c.split_tiles = int(ceil_div(tiles, splits));
+  c.num_splits = int(ceil_div(tiles, c.split_tiles));  // no split left without tiles by the cut
   ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
 
   // HB 16 always takes the two-CTA ring (H200, session 2: 256 rows x h_q 16 unsplit ran 365 us on the deep
@@ -88,15 +87,15 @@ SparseMlaConfig select(const SparseMlaArgs& a, const DeviceCaps& caps, const Spa
 void run(const SparseMlaArgs& a, Workspace ws, Stream stream, const SparseMlaTuning& tune) {
   const int64_t rows = a.q.size(0), h_q = a.q.size(1);
   if (rows == 0 || h_q == 0) return;
-  dsa::require_rows_aligned(kOp, "q", a.q, 16);
-  dsa::require_rows_aligned(kOp, "kv", a.kv, 16);
-  dsa::require_rows_aligned(kOp, "out", a.out, 4);
-  dsa::DeviceGuard guard(a.q.device);
+  require_rows_aligned(kOp, "q", a.q, 16);
+  require_rows_aligned(kOp, "kv", a.kv, 16);
+  require_rows_aligned(kOp, "out", a.out, 4);
+  DeviceGuard guard(a.q.device);
   const SparseMlaConfig c = select(a, launch_caps(a.q.device.index), tune);
   ATTNSERVE_CHECK(ws.bytes >= c.ws_bytes, kOp, ": workspace of ", ws.bytes, " bytes is too small, need ", c.ws_bytes,
                   " (sparse_mla_workspace_size: ", c.num_splits, " splits of the top-k list for ", rows, " rows x ",
                   c.head_blocks, " head blocks)");
-  if (c.ws_bytes) ATTNSERVE_CHECK(dsa::aligned_to(ws.data, 16), kOp, ": the workspace must be 16-byte aligned");
+  if (c.ws_bytes) ATTNSERVE_CHECK(aligned_to(ws.data, 16), kOp, ": the workspace must be 16-byte aligned");
 
   Params p{};
   p.q = a.q.ptr<const uint16_t>();

@@ -12,7 +12,8 @@
 #include <cmath>
 
 #include "cuda/common/check.cuh"
-#include "cuda/sm80/sparse_mla/dsa_device.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/sm80/sparse_mla/sparse_mla_config.h"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
@@ -64,8 +65,8 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(con
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     uint32_t* dst = reinterpret_cast<uint32_t*>(out + 4 * lane + 128 * i);  // out rows are 4-byte aligned
-    dst[0] = dsa::pack_bf16x2(acc[i][0] * inv, acc[i][1] * inv);
-    dst[1] = dsa::pack_bf16x2(acc[i][2] * inv, acc[i][3] * inv);
+    dst[0] = ptx::pack2<__nv_bfloat16>(acc[i][0] * inv, acc[i][1] * inv);
+    dst[1] = ptx::pack2<__nv_bfloat16>(acc[i][2] * inv, acc[i][3] * inv);
   }
   if (lane == 0) {
     if (p.lse) p.lse[row * p.lse_row_stride + int64_t(head) * p.lse_head_stride] = empty ? -INFINITY : (m + log2f(l)) * kLn2C;

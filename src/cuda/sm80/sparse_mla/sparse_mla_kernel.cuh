@@ -26,7 +26,10 @@
 
 #include <cmath>
 
-#include "cuda/sm80/sparse_mla/dsa_device.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/online_softmax.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/sm80/sparse_mla/sparse_mla_config.h"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
@@ -48,10 +51,10 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* sRaw, uint8_t* sT
     uint32_t o[8];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float2 f0 = dsa::fp8x2_to_float2(uint16_t(w[e] & 0xffffu));
-      const float2 f1 = dsa::fp8x2_to_float2(uint16_t(w[e] >> 16));
-      o[2 * e] = dsa::pack_bf16x2(f0.x * scale, f0.y * scale);
-      o[2 * e + 1] = dsa::pack_bf16x2(f1.x * scale, f1.y * scale);
+      const float2 f0 = fp8x2_to_float2(uint16_t(w[e] & 0xffffu));
+      const float2 f1 = fp8x2_to_float2(uint16_t(w[e] >> 16));
+      o[2 * e] = ptx::pack2<__nv_bfloat16>(f0.x * scale, f0.y * scale);
+      o[2 * e + 1] = ptx::pack2<__nv_bfloat16>(f1.x * scale, f1.y * scale);
     }
     uint4* d = reinterpret_cast<uint4*>(dst + 2 * (64 * part + 16 * i));
     d[0] = make_uint4(o[0], o[1], o[2], o[3]);
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
     const int h = c / kChunksBf16, ch = c % kChunksBf16, head = h0 + h;
     const bool ok = head < p.h_q;
     const uint16_t* src = ok ? p.q + row * p.q_row_stride + int64_t(head) * p.q_head_stride + ch * 8 : p.q;
-    dsa::cp_async_16(dsa::smem_u32(sQ + h * kRowBytes + ch * 16), src, ok ? 16 : 0);
+    ptx::cp_async_16(ptx::smem_addr(sQ + h * kRowBytes + ch * 16), src, ok ? 16 : 0);
   }
 
   // Slot id of key `lane` of local tile t (-1: past the length, negative or out of range). Every warp
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
   // Gathers local tile t (its ids in `sid`) into ring slot `slot`.
   auto issue = [&](int sid, int slot) {
     if (warp == 0) {
-      const unsigned m = __ballot_sync(dsa::kFullMask, sid >= 0);
+      const unsigned m = __ballot_sync(ptx::kFullMask, sid >= 0);
       if (lane == 0) sMask[slot] = m;
     }
     uint8_t* dst_tile = sRing + std::size_t(slot) * L.stage_bytes;
@@ -130,19 +133,19 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
       static_assert(kTileKeys * kChunksBf16 % kThreads == 0, "uniform trip count");
       for (int c = tid; c < kTileKeys * kChunksBf16; c += kThreads) {
         const int key = c / kChunksBf16, ch = c % kChunksBf16;
-        const int s = __shfl_sync(dsa::kFullMask, sid, key);
+        const int s = __shfl_sync(ptx::kFullMask, sid, key);
         const uint8_t* src = s >= 0 ? p.kv + int64_t(s) * p.kv_row_bytes + ch * 16 : p.kv;
-        dsa::cp_async_16(dsa::smem_u32(dst_tile + key * kRowBytes + ch * 16), src, s >= 0 ? 16 : 0);
+        ptx::cp_async_16(ptx::smem_addr(dst_tile + key * kRowBytes + ch * 16), src, s >= 0 ? 16 : 0);
       }
     } else {
       constexpr int kTotal = kTileKeys * kChunksFp8;  // 1312
       for (int base = 0; base < kTotal; base += kThreads) {  // uniform trip count (shuffles)
         const int c = base + tid;
         const int key = min(c / kChunksFp8, kTileKeys - 1), ch = c - key * kChunksFp8;
-        const int s = __shfl_sync(dsa::kFullMask, sid, key);
+        const int s = __shfl_sync(ptx::kFullMask, sid, key);
         if (c < kTotal) {
           const uint8_t* src = s >= 0 ? p.kv + int64_t(s) * p.kv_row_bytes + ch * 16 : p.kv;
-          dsa::cp_async_16(dsa::smem_u32(dst_tile + key * kFp8TokenBytes + ch * 16), src, s >= 0 ? 16 : 0);
+          ptx::cp_async_16(ptx::smem_addr(dst_tile + key * kFp8TokenBytes + ch * 16), src, s >= 0 ? 16 : 0);
         }
       }
     }
@@ -150,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
 
   for (int s = 0; s < stages - 1; ++s) {
     if (s < num_tiles) issue(load_sid(s), s);
-    dsa::cp_async_commit();
+    ptx::cp_async_commit();
   }
   // The ids of the next tile to gather are loaded one iteration ahead: the load's latency then hides
   // behind a tile of math instead of stalling the gather (the dense kernels' page-id lesson, NOTES.md).
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
   for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
   for (int t = 0; t < num_tiles; ++t) {
-    dsa::cp_async_wait_dyn(stages - 2);  // tile t (and Q) landed
+    ptx::cp_async_wait_dyn(stages - 2);  // tile t (and Q) landed
     __syncthreads();
     const int slot = t % stages;
     const uint8_t* sK;
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
         issue(next_sid, tn % stages);
         next_sid = load_sid(tn + 1);
       }
-      dsa::cp_async_commit();
+      ptx::cp_async_commit();
     }
 
     // ---- QK^T: S[16 heads of qk_m][16 keys of qk_kg], dims of split qk_ks.
@@ -194,16 +197,16 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
       for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int j = 0; j < 2; ++j) acc[c][j][0] = acc[c][j][1] = acc[c][j][2] = acc[c][j][3] = 0.f;
-      const uint32_t qa = dsa::smem_u32(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
-      const uint32_t kb = dsa::smem_u32(sK) + (16 * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
+      const uint32_t qa = ptx::smem_addr(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
+      const uint32_t kb = ptx::smem_addr(sK) + (16 * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
 #pragma unroll
       for (int kk = 0; kk < kKsteps; ++kk) {
         const uint32_t col_bytes = 32u * uint32_t(qk_ks * kKsteps + kk);
         uint32_t a[4], b[4];
-        dsa::ldmatrix_x4(qa + col_bytes, a);
-        dsa::ldmatrix_x4(kb + col_bytes, b);
-        dsa::mma_bf16_16816(acc[kk & 1][0], a, b[0], b[1]);
-        dsa::mma_bf16_16816(acc[kk & 1][1], a, b[2], b[3]);
+        ptx::ldmatrix_x4(qa + col_bytes, a[0], a[1], a[2], a[3]);
+        ptx::ldmatrix_x4(kb + col_bytes, b[0], b[1], b[2], b[3]);
+        ptx::mma_16816<__nv_bfloat16>(acc[kk & 1][0], a, b[0], b[1]);
+        ptx::mma_16816<__nv_bfloat16>(acc[kk & 1][1], a, b[2], b[3]);
       }
       float* s_out = sScore + (qk_ks * HB + 16 * qk_m + g) * kScoreStride + 16 * qk_kg + 2 * tig;
 #pragma unroll
@@ -236,72 +239,33 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
           sv[r][kk][2 * half] = (mask >> col) & 1u ? v.x * p.scale_log2 : -INFINITY;
           sv[r][kk][2 * half + 1] = (mask >> (col + 1)) & 1u ? v.y * p.scale_log2 : -INFINITY;
         }
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tmax = -INFINITY;
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) tmax = fmaxf(tmax, sv[r][kk][e]);
-      tmax = fmaxf(tmax, __shfl_xor_sync(dsa::kFullMask, tmax, 1));
-      tmax = fmaxf(tmax, __shfl_xor_sync(dsa::kFullMask, tmax, 2));
-      const float m_new = fmaxf(m_run[r], tmax);
-      alpha[r] = m_run[r] == -INFINITY ? 0.f : exp2f(m_run[r] - m_new);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sv[r][kk][e] = exp2f(sv[r][kk][e] - m_use);
-          sum += sv[r][kk][e];
-        }
-      l_run[r] = l_run[r] * alpha[r] + sum;
-      m_run[r] = m_new;
-    }
-    if (!__all_sync(dsa::kFullMask, alpha[0] == 1.f && alpha[1] == 1.f)) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
-      }
-    }
     uint32_t pa[2][4];
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      pa[kk][0] = dsa::pack_bf16x2(sv[0][kk][0], sv[0][kk][1]);  // row g, cols 16kk + 2tig
-      pa[kk][1] = dsa::pack_bf16x2(sv[1][kk][0], sv[1][kk][1]);  // row g + 8
-      pa[kk][2] = dsa::pack_bf16x2(sv[0][kk][2], sv[0][kk][3]);  // row g, cols + 8
-      pa[kk][3] = dsa::pack_bf16x2(sv[1][kk][2], sv[1][kk][3]);  // row g + 8, cols + 8
-    }
+    online_softmax_step<__nv_bfloat16, NT>(sv, m_run, l_run, o, pa);
 
     // ---- O[16 heads][DVW dims] += P[16][32] V[32][DVW].
     {
       const uint32_t vb =
-          dsa::smem_u32(sK) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 2 * (pv_dv * DVW + 8 * (lane >> 4));
+          ptx::smem_addr(sK) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 2 * (pv_dv * DVW + 8 * (lane >> 4));
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
         for (int j = 0; j < NT / 2; ++j) {
           uint32_t b[4];
-          dsa::ldmatrix_x4_trans(vb + uint32_t(kk * 16 * kRowBytes + j * 32), b);
-          dsa::mma_bf16_16816(o[2 * j], pa[kk], b[0], b[1]);
-          dsa::mma_bf16_16816(o[2 * j + 1], pa[kk], b[2], b[3]);
+          ptx::ldmatrix_x4_trans(vb + uint32_t(kk * 16 * kRowBytes + j * 32), b[0], b[1], b[2], b[3]);
+          ptx::mma_16816<__nv_bfloat16>(o[2 * j], pa[kk], b[0], b[1]);
+          ptx::mma_16816<__nv_bfloat16>(o[2 * j + 1], pa[kk], b[2], b[3]);
         }
     }
     __syncthreads();  // the slot, the scores and (FP8) the tile are free
   }
-  dsa::cp_async_wait<0>();
+  ptx::cp_async_wait<0>();
 
   // ---- epilogue
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_run[r];
-    l += __shfl_xor_sync(dsa::kFullMask, l, 1);
-    l += __shfl_xor_sync(dsa::kFullMask, l, 2);
+    l += __shfl_xor_sync(ptx::kFullMask, l, 1);
+    l += __shfl_xor_sync(ptx::kFullMask, l, 2);
     const int head = h0 + 16 * pv_m + g + 8 * r;
     if (head >= p.h_q) continue;
     const bool empty = m_run[r] == -INFINITY;
@@ -324,12 +288,35 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
     uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + row * p.out_row_stride + int64_t(head) * p.out_head_stride +
                                                 pv_dv * DVW + 2 * tig);
 #pragma unroll
-    for (int j = 0; j < NT; ++j) dst[4 * j] = dsa::pack_bf16x2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    for (int j = 0; j < NT; ++j) dst[4 * j] = ptx::pack2<__nv_bfloat16>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
     if (pv_dv == 0 && tig == 0) {
       if (p.lse) p.lse[row * p.lse_row_stride + int64_t(head) * p.lse_head_stride] = empty ? -INFINITY : (m_run[r] + log2f(l)) * kLn2;
       if (p.max_logits)
         p.max_logits[row * p.ml_row_stride + int64_t(head) * p.ml_head_stride] = empty ? -INFINITY : m_run[r] * kLn2;
     }
+  }
+}
+
+// Host launch for one cache kind (each of sparse_mla_{bf16,fp8}.cu instantiates one, in parallel).
+template <int HB, bool kFp8>
+void launch_block(const Params& p, std::size_t smem_bytes, cudaStream_t stream) {
+  auto* kernel = sparse_mla_kernel<HB, kFp8>;
+  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
+  // All of L1 as shared memory: two split-K CTAs of HB 16 (2 x 106 KB) share an SM only in the largest
+  // carveout; the driver would otherwise pick the smallest that holds one CTA.
+  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)));
+  const dim3 grid(unsigned(p.rows * p.head_blocks), unsigned(p.num_splits));  // y: split of the top-k list
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
+  ATTNSERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kFp8>
+void launch_cache(const Params& p, int head_block, std::size_t smem_bytes, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (head_block) {
+    case 16: launch_block<16, kFp8>(p, smem_bytes, s); break;
+    case 32: launch_block<32, kFp8>(p, smem_bytes, s); break;
+    default: launch_block<64, kFp8>(p, smem_bytes, s); break;
   }
 }
 

@@ -17,8 +17,9 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_ops.h"
-#include "cuda/sm80/sparse_mla/dsa_device.cuh"
-#include "cuda/sm80/sparse_mla/dsa_host.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/host_util.cuh"
 
 namespace attnserve::cuda {
 namespace {
@@ -47,6 +48,17 @@ struct TopkParams {
   const int32_t* offsets;  // ragged: [rows]
   int64_t offset_stride;
 };
+
+// Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,
+// NaN -> 0 (below -inf, whose key is 0x007fffff).
+__device__ __forceinline__ uint32_t topk_key(float f) {
+  uint32_t u = __float_as_uint(f);
+  const uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return 0u;  // NaN
+  if (mag == 0u) u = 0u;             // -0 -> +0
+  const uint32_t flip = uint32_t(int32_t(u) >> 31) | 0x80000000u;
+  return u ^ flip;
+}
 
 struct Digit {
   int shift, width;
@@ -126,14 +138,14 @@ __global__ void __launch_bounds__(kThreads) topk_rows_kernel(TopkParams p) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const bool valid = base + int64_t(u) * kThreads + tid < len;
-        const uint32_t key = valid ? dsa::topk_key(v[u]) : 0u;
+        const uint32_t key = valid ? topk_key(v[u]) : 0u;
         const bool take = valid && (bits == 0 || (key >> (32 - bits)) == prefix);
         const uint32_t bin = (key >> dg.shift) & mask;
-        const unsigned voters = __ballot_sync(dsa::kFullMask, take);
+        const unsigned voters = __ballot_sync(ptx::kFullMask, take);
         if (voters == 0) continue;
         const int leader = __ffs(voters) - 1;
-        const uint32_t leader_bin = __shfl_sync(dsa::kFullMask, bin, leader);
-        if (__all_sync(dsa::kFullMask, !take || bin == leader_bin)) {
+        const uint32_t leader_bin = __shfl_sync(ptx::kFullMask, bin, leader);
+        if (__all_sync(ptx::kFullMask, !take || bin == leader_bin)) {
           if (lane == leader) atomicAdd(&s_hist[leader_bin], uint32_t(__popc(voters)));
         } else if (take) {
           atomicAdd(&s_hist[bin], 1u);
@@ -150,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) topk_rows_kernel(TopkParams p) {
     uint32_t incl = mine;  // sum over lanes >= lane of this warp
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t y = __shfl_down_sync(dsa::kFullMask, incl, o);
+      const uint32_t y = __shfl_down_sync(ptx::kFullMask, incl, o);
       if (lane + o < 32) incl += y;
     }
     if (lane == 0) s_warp[0][warp] = incl;
@@ -196,7 +208,7 @@ __global__ void __launch_bounds__(kThreads) topk_rows_kernel(TopkParams p) {
   auto classify = [&](int64_t j, float x, bool& is_above, bool& is_eq) {
     is_above = is_eq = false;
     if (j < w_end) {
-      const uint32_t kp = dsa::topk_key(x) >> shift;
+      const uint32_t kp = topk_key(x) >> shift;
       is_above = kp > prefix;
       is_eq = kp == prefix;
     }
@@ -209,8 +221,8 @@ __global__ void __launch_bounds__(kThreads) topk_rows_kernel(TopkParams p) {
     for (int u = 0; u < kUnroll; ++u) {
       bool a, e;
       classify(base + 32 * u + lane, v[u], a, e);
-      n_above += uint32_t(__popc(__ballot_sync(dsa::kFullMask, a)));
-      n_eq += uint32_t(__popc(__ballot_sync(dsa::kFullMask, e)));
+      n_above += uint32_t(__popc(__ballot_sync(ptx::kFullMask, a)));
+      n_eq += uint32_t(__popc(__ballot_sync(ptx::kFullMask, e)));
     }
   }
   if (lane == 0) {
@@ -232,11 +244,11 @@ __global__ void __launch_bounds__(kThreads) topk_rows_kernel(TopkParams p) {
       const int64_t j = base + 32 * u + lane;
       bool a, e;
       classify(j, v[u], a, e);
-      const unsigned m_above = __ballot_sync(dsa::kFullMask, a);
-      const unsigned m_eq = __ballot_sync(dsa::kFullMask, e);
+      const unsigned m_above = __ballot_sync(ptx::kFullMask, a);
+      const unsigned m_eq = __ballot_sync(ptx::kFullMask, e);
       const uint32_t eq_rank = eq_before + uint32_t(__popc(m_eq & lanes_below));
       const bool sel = a || (e && eq_rank < need);
-      const unsigned m_sel = __ballot_sync(dsa::kFullMask, sel);
+      const unsigned m_sel = __ballot_sync(ptx::kFullMask, sel);
       if (sel) {
         const uint32_t slot = above_before + (eq_before < need ? eq_before : need) + uint32_t(__popc(m_sel & lanes_below));
         if (slot < uint32_t(k)) out[int64_t(slot) * p.out_col_stride] = value_of(p, row, request, j);
@@ -255,7 +267,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   ATTNSERVE_CHECK(rows <= int64_t(0x7fffffff), "topk: 'scores' has ", rows, " rows, more than a CUDA grid holds");
-  dsa::DeviceGuard guard(a.scores.device);
+  DeviceGuard guard(a.scores.device);
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -286,7 +298,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
     p.offsets = a.offsets.ptr<const int32_t>();
     p.offset_stride = a.offsets.stride(0);
   }
-  cudaStream_t s = dsa::to_cuda(stream);
+  cudaStream_t s = to_cuda(stream);
   // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM.
   if (p.width > 8192) {
     topk_rows_kernel<1024><<<unsigned(rows), 1024, 0, s>>>(p);
