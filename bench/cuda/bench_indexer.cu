@@ -96,13 +96,7 @@ void bench_ragged_prefill(int64_t tokens, int64_t heads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  parse_args(argc, argv);
-  if (!cuda_available()) {
-    std::printf("no CUDA device\n");
-    return 0;
-  }
-  std::printf("== bench_indexer (median; pools far larger than L2)\n");
-  copy_ceiling_gbs();
+  if (!bench_start(argc, argv, "== bench_indexer (median; pools far larger than L2)")) return 0;
   bench_paged(128, 32 << 10, 64, 1, 64);
   bench_paged(128, 8 << 10, 64, 1, 64);
   bench_paged(64, 32 << 10, 64, 2, 64);

@@ -82,13 +82,7 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
 }  // namespace
 
 int main(int argc, char** argv) {
-  parse_args(argc, argv);
-  if (!cuda_available()) {
-    std::printf("no CUDA device\n");
-    return 0;
-  }
-  std::printf("== bench_sparse (median; KV bytes = rows * topk * (656 | 1152))\n");
-  copy_ceiling_gbs();
+  if (!bench_start(argc, argv, "== bench_sparse (median; KV bytes = rows * topk * (656 | 1152))")) return 0;
   const int64_t pool = int64_t(1) << 20;  // 1M tokens: 688 MB (FP8) / 1.2 GB (bf16)
   bench_case("sparse decode", 128, 128, 2048, pool, true, 367, "FlashMLA");
   bench_case("sparse decode", 128, 64, 2048, pool, true, 299, "FlashMLA");

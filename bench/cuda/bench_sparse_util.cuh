@@ -148,4 +148,18 @@ inline double copy_ceiling_gbs() {
   return gbs;
 }
 
+// The start of every DSA bench's main: arguments, the GPU check, the title, the copy ceiling.
+// False when there is no CUDA device (the bench then prints so and exits 0).
+inline bool bench_start(int argc, char** argv, const char* title) {
+  parse_args(argc, argv);
+  if (!attnserve::cuda_available()) {
+    std::printf("no CUDA device\n");
+    return false;
+  }
+  std::printf("%s\n", title);
+  copy_ceiling_gbs();
+  return true;
+}
+
+
 }  // namespace dsa_bench

@@ -46,13 +46,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
 }  // namespace
 
 int main(int argc, char** argv) {
-  parse_args(argc, argv);
-  if (!cuda_available()) {
-    std::printf("no CUDA device\n");
-    return 0;
-  }
-  std::printf("== bench_topk (median of 30, scores rotated over > 2x L2)\n");
-  copy_ceiling_gbs();
+  if (!bench_start(argc, argv, "== bench_topk (median of 30, scores rotated over > 2x L2)")) return 0;
   bench_case(128, 64 << 10, 2048, TopkTransform::none, "target <= 150 us; torch.topk 194 us");
   bench_case(128, 64 << 10, 2048, TopkTransform::decode, "fused slot transform");
   bench_case(128, 16 << 10, 2048, TopkTransform::none, "torch.topk 153 us");
