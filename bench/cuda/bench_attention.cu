@@ -181,7 +181,7 @@ void bench_paged(const std::string& name, int b, int h_q, int h_kv, int d, int p
   });
   const double kv_bytes = 2.0 * b * double(ctx) * h_kv * d * 2;
   char note[128];
-  std::snprintf(note, sizeof note, "[splits %d stages %d mt %d%s]", cfg.num_splits, cfg.stages, cfg.mt, cfg.bulk ? " bulk" : "");
+  std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
   report_bw(name, us, kv_bytes, note);
 }
 
@@ -202,7 +202,7 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   const double bytes = 2.0 * b * double(ctx) * h_kv * d * 2 + 2.0 * 2 * b * double(s) * h_q * d;
   char note[96];
   if (cfg.sm90) std::snprintf(note, sizeof note, "[sm90 wgmma %s]", cfg.sm90 == 3 ? "ping-pong" : cfg.sm90 == 2 ? "warp-specialized" : "coop");
-  else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d%s]", cfg.num_splits, cfg.stages, cfg.mt, cfg.bulk ? " bulk" : "");
+  else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
   report_flops(name, us, flops, bytes, note);
 }
 
@@ -350,23 +350,6 @@ int main(int argc, char** argv) {
     bench_paged("ab decode b64x8K hq32 hkv8 page16" + v, 64, 32, 8, 128, 16, 1, 8192, true, t);
     bench_paged("ab decode b128x4K hq16 hkv2 page16" + v, 128, 16, 2, 128, 16, 1, 4096, true, t);
   }
-  // A/B on one machine: sm_90 bulk copies (default there) vs 16-byte cp.async for the decode tiles.
-  if (cuda::attn::current_device_caps().arch >= 90 && cuda::attn::bulk_kernels_built())
-    for (int bulk : {1, 0}) {
-      const std::string v = bulk ? " bulk" : " cp.async";
-      cuda::attn::Tuning t{};
-      t.bulk = bulk;
-      for (int ps : {1, 16, 64})
-        bench_paged("ab decode b64x8K hq32 hkv8 page" + std::to_string(ps) + v, 64, 32, 8, 128, ps, 1, 8192, true, t);
-      bench_paged("ab decode b128x4K hq16 hkv2 page16" + v, 128, 16, 2, 128, 16, 1, 4096, true, t);
-      bench_paged("ab verify4 b64x4K hq32 hkv8 page16" + v, 64, 32, 8, 128, 16, 4, 4096, true, t);
-      if (bulk && !g_quick)
-        for (int st : {2, 4}) {
-          t.stages = st;
-          bench_paged("sweep decode b64x8K hq32 hkv8 page16 bulk stages" + std::to_string(st), 64, 32, 8, 128, 16, 1,
-                      8192, true, t);
-        }
-    }
   // The default configuration again, to see the spread within this run.
   bench_paged("repeat decode b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192);
 

@@ -197,31 +197,26 @@ TEST(GpuAttention, PageAddressingShiftsAndDivision) {
   }
 }
 
-// Decode-shaped tiles both ways on an sm_90+ device: bulk copies (the default there) and cp.async
-// (the portable path), forced, over page sizes (incl. not a power of two), head dims, GQA groups,
-// verify rows, splits, windows and softcap. Elsewhere the bulk copies cannot run: skipped, said why.
-TEST(GpuAttention, BulkCopyAndCpAsyncDecodeTiles) {
+// Decode-shaped tiles over page sizes (incl. not a power of two), head dims, GQA groups, verify rows,
+// splits, windows and softcap.
+TEST(GpuAttention, DecodeTilesAcrossPageSizesAndHeadDims) {
   ATTNSERVE_REQUIRE_GPU();
-  if (cuda::attn::current_device_caps().arch < 90 || !cuda::attn::bulk_kernels_built())
-    GTEST_SKIP() << "bulk copies need an sm_90+ device and a build with sm_90 kernels";
   auto g = rng_for_test();
-  for (int bulk : {1, 0})
-    for (int ps : {1, 16, 64, 5})
-      for (int d : {64, 128, 256}) {
-        SCOPED_TRACE("bulk " + std::to_string(bulk) + " page_size " + std::to_string(ps) + " d " + std::to_string(d));
-        AttnSpec s;
-        s.q_lens = {1, 4, 1, 1};
-        s.k_lens = {1500, 700, 1, 129};
-        s.h_q = ps == 16 ? 32 : 16;
-        s.h_kv = ps == 16 ? 8 : 4;
-        s.d = d;
-        s.page_size = ps;
-        s.softcap = ps == 64 ? 30.f : 0.f;
-        if (ps == 5) s.window_left = 300;
-        s.tuning.num_splits = ps == 1 ? 3 : 0;
-        s.tuning.bulk = bulk;
-        check_case(s, g);
-      }
+  for (int ps : {1, 16, 64, 5})
+    for (int d : {64, 128, 256}) {
+      SCOPED_TRACE("page_size " + std::to_string(ps) + " d " + std::to_string(d));
+      AttnSpec s;
+      s.q_lens = {1, 4, 1, 1};
+      s.k_lens = {1500, 700, 1, 129};
+      s.h_q = ps == 16 ? 32 : 16;
+      s.h_kv = ps == 16 ? 8 : 4;
+      s.d = d;
+      s.page_size = ps;
+      s.softcap = ps == 64 ? 30.f : 0.f;
+      if (ps == 5) s.window_left = 300;
+      s.tuning.num_splits = ps == 1 ? 3 : 0;
+      check_case(s, g);
+    }
 }
 
 TEST(GpuAttention, PipelineDepths) {

@@ -15,17 +15,13 @@
 // FP8 KV: the e4m3 tile lands in shared memory as bytes and is widened to T (exact) before the
 // tensor cores read it; k_descale scales the scores and v_descale the output.
 //
-// BULK (sm_90+, MT = 1, T cache, opt-in): each thread moves one token's K or V row with one bulk copy
-// that completes on the stage's mbarrier, instead of 16-byte cp.async chunks (16 per thread per tile).
-// Tile rows are padded (params.cuh kv_row_bytes); rows with no key are zero-filled by ordinary
-// stores. Correct (tested both ways) but measured 20% slower than cp.async on the H200 for 256-byte
-// rows, so it is not the default; kept for rows where whole-row copies may pay (A/B in the bench).
+// Tried and measured (bench/NOTES.md, session 2): one sm_90 bulk copy (cp.async.bulk on an mbarrier)
+// per token row instead of 16-byte cp.async chunks ran decode at 3107 GB/s against 3915: removed.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/masking.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
@@ -33,7 +29,7 @@
 
 namespace attnserve::cuda::attn {
 
-template <typename T, int D, bool FP8, int MT, bool BULK>
+template <typename T, int D, bool FP8, int MT>
 struct Traits {
   static constexpr int kRows = 16 * MT;               // packed rows per CTA
   static constexpr int kTile = tile_keys(MT);         // keys per pipeline stage
@@ -46,10 +42,7 @@ struct Traits {
   static constexpr int kChunks = D / 8;               // 16-byte chunks of a T row
   static constexpr int kRawRowBytes = FP8 ? D : D * 2;
   static constexpr int kRawChunks = kRawRowBytes / 16;
-  static constexpr int kKvRowBytes = kv_row_bytes(D, FP8, BULK);  // a K/V tile row in shared memory
-  static constexpr int kRawTileBytes = kTile * kKvRowBytes;
-  static constexpr int kLdRowBytes = BULK ? kKvRowBytes : kRowBytes;  // rows of the tiles ldmatrix reads
-  static_assert(!BULK || (!FP8 && MT == 1 && kThreads == 2 * kTile), "bulk copies: one T row per thread");
+  static constexpr int kRawTileBytes = kTile * kRawRowBytes;
   static constexpr int kLoadStep = kThreads / kRawChunks;          // tile rows covered per pass
   static constexpr int kRowsPerThread = kTile / kLoadStep;         // tile rows each thread loads
   static constexpr int kQBytes = kRows * kRowBytes;
@@ -67,23 +60,15 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
   return uint32_t(r * ROW_BYTES + ((c ^ (r & 7)) << 4));
 }
 
-// Byte offset of 16-byte chunk `c` of row `r` in a K/V tile the tensor cores read: swizzled T rows,
-// or (bulk copies) padded rows.
-template <int ROW_BYTES, bool BULK>
-__device__ __forceinline__ uint32_t kv_off(int r, int c) {
-  if constexpr (BULK) return uint32_t(r * ROW_BYTES + (c << 4));
-  else return swz<ROW_BYTES>(r, c);
-}
-
 template <typename T>
 __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
   const float2 f = fp8x2_to_float2(two);
   return ptx::pack2<T>(f.x, f.y);  // exact: every e4m3 value is representable in bf16 and f16
 }
 
-template <typename T, int D, bool FP8, int MT, bool BULK>
+template <typename T, int D, bool FP8, int MT>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params p) {
-  using Tr = Traits<T, D, FP8, MT, BULK>;
+  using Tr = Traits<T, D, FP8, MT>;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int mb = blockIdx.x;
@@ -148,12 +133,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   // prologue reads slots with no barrier before the loop's first writes (racecheck).
   const int ring = 2 * p.stages;
   int* sPage = reinterpret_cast<int*>(sStat + 640);  // [ring][Tr::kTile]
-  uint64_t* sBar = reinterpret_cast<uint64_t*>(sPage + ring * Tr::kTile);  // [stages] (BULK)
-  if constexpr (BULK) {  // visible to all threads after the prologue's barrier, before any use
-    if (tid == 0)
-      for (int s = 0; s < p.stages; ++s) bulk::mbarrier_init(ptx::smem_addr(sBar + s), kThreads);
-    bulk::fence_barrier_init();
-  }
   const int* pt = p.page_table + int64_t(r) * p.pt_st;
   auto issue_pages = [&](int tile) {
     if (tile >= n_tiles) return;
@@ -171,33 +150,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   auto issue = [&](int tile) {
     char* dK = sKV + (tile % p.stages) * 2 * Tr::kRawTileBytes;
     char* dV = dK + Tr::kRawTileBytes;
-    if constexpr (BULK) {  // thread = one token row: K for tid < 64, V above
-      const int which = tid / Tr::kTile, row = tid % Tr::kTile;
-      const int j = k_begin + tile * Tr::kTile + row;
-      const int p0 = (k_begin + tile * Tr::kTile) / p.page_size;
-      int slot = -1;
-      if (j < k_end) {
-        const int pi = p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
-        if (pi < p.max_pages) {
-          const int page = sPage[(tile % ring) * Tr::kTile + pi - p0];
-          if (page >= 0 && page < p.num_pages) slot = page * p.page_size + (j - pi * p.page_size);
-        }
-      }
-      char* dst = (which ? dV : dK) + row * Tr::kKvRowBytes;
-      const uint32_t bar = ptx::smem_addr(sBar + tile % p.stages);
-      if (slot >= 0) {
-        const char* src = which ? p.v + int64_t(hk) * p.v_sh + int64_t(slot) * p.v_stok
-                                : p.k + int64_t(hk) * p.k_sh + int64_t(slot) * p.k_stok;
-        bulk::fence_proxy_async();  // this row's earlier generic accesses (reads, zero fill) come first
-        bulk::arrive_expect_tx(bar, Tr::kRawRowBytes);
-        bulk::copy_g2s(ptx::smem_addr(dst), src, Tr::kRawRowBytes, bar);
-      } else {
-#pragma unroll
-        for (int c = 0; c < Tr::kRawRowBytes / 16; ++c) reinterpret_cast<uint4*>(dst)[c] = make_uint4(0, 0, 0, 0);
-        bulk::arrive(bar);
-      }
-      return;
-    }
     const char* gK = p.k + int64_t(hk) * p.k_sh + lch * 16;
     const char* gV = p.v + int64_t(hk) * p.v_sh + lch * 16;
     const int j0 = k_begin + tile * Tr::kTile;
@@ -289,7 +241,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
       ptx::cp_async_commit();
     }
     ptx::cp_async_wait_dyn(p.stages - 1);
-    if constexpr (BULK) bulk::wait_parity(ptx::smem_addr(sBar + t % p.stages), uint32_t(t / p.stages) & 1u);
     __syncthreads();
 
     const char* tK = sKV + (t % p.stages) * 2 * Tr::kRawTileBytes;
@@ -335,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
       for (int np = 0; np < Tr::NKW / 16; ++np) {
         uint32_t b0, b1, b2, b3;
         const int krow = ks * Tr::NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ptx::ldmatrix_x4(sKa + kv_off<Tr::kLdRowBytes, BULK>(krow, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2, b3);
+        ptx::ldmatrix_x4(sKa + swz<Tr::kRowBytes>(krow, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2, b3);
         ptx::mma_16816<T>(s[2 * np], a, b0, b1);
         ptx::mma_16816<T>(s[2 * np + 1], a, b2, b3);
       }
@@ -401,7 +352,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
 #pragma unroll
       for (int dp = 0; dp < Tr::DW / 16; ++dp) {
         uint32_t v0, v1, v2, v3;
-        ptx::ldmatrix_x4_trans(sVa + kv_off<Tr::kLdRowBytes, BULK>(vrow, dh * (Tr::DW / 8) + 2 * dp + (lane >> 4)), v0,
+        ptx::ldmatrix_x4_trans(sVa + swz<Tr::kRowBytes>(vrow, dh * (Tr::DW / 8) + 2 * dp + (lane >> 4)), v0,
                                v1, v2, v3);
         ptx::mma_16816<T>(o[2 * dp], a, v0, v1);
         ptx::mma_16816<T>(o[2 * dp + 1], a, v2, v3);
@@ -494,9 +445,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   }
 }
 
-template <typename T, int D, bool FP8, int MT, bool BULK>
+template <typename T, int D, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, FP8, MT, BULK>;
+  auto kernel = paged_attention_kernel<T, D, FP8, MT>;
   static bool configured = [&] {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);

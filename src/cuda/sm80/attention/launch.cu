@@ -60,7 +60,6 @@ void check_args(const PagedAttentionArgs& a) {
 
 template <typename T, int D>
 void dispatch_fp8_mt(const Params& p, const Config& c, int b, bool fp8, cudaStream_t s) {
-  if (c.bulk) return launch<T, D, false, 1, true>(p, c, b, s);
   if (fp8) {
     if (c.mt == 1) launch<T, D, true, 1>(p, c, b, s); else launch<T, D, true, 4>(p, c, b, s);
   } else {
@@ -124,28 +123,19 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   if (!a.deterministic && (tune.mt == 1 || tune.mt == 4)) c.mt = tune.mt;
   c.m_blocks = ceil_div(rows_max, 16 * c.mt);
 
-  // Bulk copies (sm_90+, decode-shaped tiles of a bf16/f16 cache): opt-in only. Measured on the H200
-  // (bench/NOTES.md, session 2): 3107 GB/s against 3915 for cp.async at b64x8K page 16 — one 256-byte
-  // bulk copy per token row runs slower than sixteen 16-byte cp.async. Forcing them where they cannot
-  // run is an error.
-  const bool bulk_ok = caps.arch >= 90 && !fp8 && c.mt == 1 && bulk_kernels_built();
-  c.bulk = tune.bulk == 1;
-  ATTNSERVE_CHECK(!c.bulk || bulk_ok, kOp, ": bulk copies need an sm_90+ device with kernels built for it, "
-                  "a bf16/f16 cache and decode-shaped blocks (mt 1)");
-
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
   const std::size_t per_block = caps.smem_per_block;
   const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;
   const int smax = max_stages_for(d, fp8, c.mt);
   c.stages = 0;
   for (int s = smax; s >= 2 && !c.stages; --s)
-    if (smem_bytes(d, fp8, c.mt, s, c.bulk) <= two_ctas) c.stages = s;
+    if (smem_bytes(d, fp8, c.mt, s) <= two_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
-    if (smem_bytes(d, fp8, c.mt, s, c.bulk) <= per_block) c.stages = s;
+    if (smem_bytes(d, fp8, c.mt, s) <= per_block) c.stages = s;
   if (tune.stages >= 2 && tune.stages <= kMaxStages) c.stages = tune.stages;
-  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(d, fp8, c.mt, 2, c.bulk),
+  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(d, fp8, c.mt, 2),
                   " bytes of shared memory per block, the device allows ", per_block);
-  c.smem = smem_bytes(d, fp8, c.mt, c.stages, c.bulk);
+  c.smem = smem_bytes(d, fp8, c.mt, c.stages);
   const int ctas_per_sm = c.smem <= two_ctas ? 2 : 1;
 
   const int64_t max_keys = a.page_table.size(1) * a.k_cache.size(1);

@@ -39,7 +39,6 @@ struct Params {
 // What the host chose for one call (the selector in launch.cu).
 struct Config {
   int mt = 1;          // m16 tiles of packed (q row, head) rows per CTA: 1 or 4
-  bool bulk = false;   // sm_90+: K/V rows land by bulk copies on mbarriers (decode-shaped tiles, T cache)
   int stages = 2;       // 2..kMaxStages
   int num_splits = 1;
   int split_keys = 0;
@@ -56,7 +55,6 @@ struct Tuning {
   int stages = 0;
   int mt = 0;
   int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
-  int bulk = -1;          // -1 / 0: cp.async (default: faster, measured); 1: bulk copies (error if unsupported)
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
   // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
   // 3 (kPingPong): that Hopper kernel whenever it supports the call.
@@ -71,26 +69,17 @@ constexpr int tile_keys(int /*mt*/) { return 64; }
 constexpr int kMaxStages = 8;
 constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
 
-// Bytes of one K or V row in a shared-memory tile. cp.async tiles are swizzled rows of the cache
-// row's size; bulk-copy tiles take each token's row whole (no swizzle possible), so rows are padded
-// by 16 bytes to keep ldmatrix's 8-row reads on distinct banks.
-constexpr int kv_row_bytes(int d, bool fp8, bool bulk) { return d * (fp8 ? 1 : 2) + (bulk ? 16 : 0); }
-
 // Shared memory of one CTA (bytes); the kernel lays it out the same way.
-constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages, bool bulk = false) {
+constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
   const std::size_t q = std::size_t(16 * mt) * d * 2;
-  const std::size_t raw_tile = std::size_t(tile_keys(mt)) * kv_row_bytes(d, fp8, bulk);
+  const std::size_t raw_tile = std::size_t(tile_keys(mt)) * d * (fp8 ? 1 : 2);
   const std::size_t conv = fp8 ? 2 * std::size_t(tile_keys(mt)) * d * 2 : 0;
   const std::size_t stats = 640 * 4;
   const std::size_t page_ring = std::size_t(2 * stages) * kTileKeys * 4;
-  const std::size_t barriers = bulk ? std::size_t(stages) * 8 : 0;
-  return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring + barriers;
+  return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring;
 }
 
-// Whether this build holds the bulk-copy kernels for the current device (sm_90+ machine code or PTX).
-bool bulk_kernels_built();
-
-template <typename T, int D, bool FP8, int MT, bool BULK = false>
+template <typename T, int D, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream);
 
 }  // namespace attnserve::cuda::attn

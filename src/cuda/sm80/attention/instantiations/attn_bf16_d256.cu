@@ -1,4 +1,4 @@
-// Instantiations of the paged-attention kernel: bf16, head dim 256 (T/fp8 KV x MT 1/4, and the sm_90 bulk-copy decode tiles).
+// Instantiations of the paged-attention kernel: bf16, head dim 256 (T/fp8 KV x MT 1/4).
 #include "../kernel.cuh"
 
 namespace attnserve::cuda::attn {
@@ -6,5 +6,4 @@ template void launch<__nv_bfloat16, 256, false, 1>(const Params&, const Config&,
 template void launch<__nv_bfloat16, 256, false, 4>(const Params&, const Config&, int, cudaStream_t);
 template void launch<__nv_bfloat16, 256, true, 1>(const Params&, const Config&, int, cudaStream_t);
 template void launch<__nv_bfloat16, 256, true, 4>(const Params&, const Config&, int, cudaStream_t);
-template void launch<__nv_bfloat16, 256, false, 1, true>(const Params&, const Config&, int, cudaStream_t);
 }  // namespace attnserve::cuda::attn
