@@ -82,7 +82,7 @@ if [ -x "$TESTS" ]; then
   suites=$(sed 's/\..*//' "$OUT/test_names.txt" | uniq)
   test_rc=0; gt_passed=0; gt_failed=0; gt_skipped=0
   for suite in $suites; do
-    filter=$(grep -F "$suite." "$OUT/test_names.txt" | grep -E "^$suite\." | paste -sd: -)
+    filter=$(grep "^$suite\." "$OUT/test_names.txt" | paste -sd: -)
     timeout "${SUITE_TIMEOUT:-120}" "$TESTS" --gtest_filter="$filter" >"$OUT/suite.log" 2>&1
     rc=$?
     cat "$OUT/suite.log" >>"$OUT/gpu_tests.log"
