@@ -69,17 +69,8 @@ class DeviceGuard {
   int prev_ = 0, cur_ = 0;
 };
 
-inline int max_dynamic_smem(int device) {
-  int v = 0;
-  ATTNSERVE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return v;
-}
-
-inline int num_sms(int device) {
-  int v = 0;
-  ATTNSERVE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
-  return v;
-}
+// The current device's capabilities (SM count, shared memory per block, arch), queried once per device.
+const DeviceCaps& current_device_caps();
 
 inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
@@ -100,16 +91,10 @@ inline int heuristic_splits(int64_t base, int slots, int max_splits) {
   return 1;
 }
 
-inline int num_sms_of_current_device() {
-  int dev = 0;
-  ATTNSERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  return num_sms(dev);
-}
-
 // Grid for a grid-stride loop over `work` items with `threads` per block.
 inline unsigned grid_for(int64_t work, int threads) {
   int64_t blocks = (work + threads - 1) / threads;
-  int64_t cap = int64_t(num_sms_of_current_device()) * 32;
+  int64_t cap = int64_t(current_device_caps().num_sms) * 32;
   if (blocks > cap) blocks = cap;
   return unsigned(blocks < 1 ? 1 : blocks);
 }

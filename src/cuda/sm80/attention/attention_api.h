@@ -2,6 +2,7 @@
 // tests that sweep split counts or pipeline depths. The public entry is cuda::paged_attention.
 #pragma once
 #include "attnserve/ops.h"
+#include "cuda/common/host_util.cuh"
 #include "params.cuh"
 
 namespace attnserve::cuda::attn {
@@ -10,7 +11,6 @@ namespace attnserve::cuda::attn {
 Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning& tune = {});
 void run(const PagedAttentionArgs& a, Workspace ws, Stream stream, const Tuning& tune);
 
-// Cached capabilities of the current CUDA device.
-const DeviceCaps& current_device_caps();
+using cuda::current_device_caps;  // host_util.cuh (the attention launcher's selector was its first user)
 
 }  // namespace attnserve::cuda::attn

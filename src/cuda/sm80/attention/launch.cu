@@ -96,20 +96,6 @@ bool sm90_supports(const PagedAttentionArgs& a, const DeviceCaps& caps, int vari
 
 }  // namespace
 
-const DeviceCaps& current_device_caps() {
-  static std::mutex mu;
-  static std::array<DeviceCaps, 64> caps{};
-  static std::array<bool, 64> have{};
-  int dev = 0;
-  ATTNSERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (!have[size_t(dev)]) {
-    caps[size_t(dev)] = query_device_caps(Device::cuda(dev));
-    have[size_t(dev)] = true;
-  }
-  return caps[size_t(dev)];
-}
-
 Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning& tune) {
   Config c;
   const int d = int(a.q.size(2));

@@ -57,7 +57,7 @@ void quantize_fp8_groups(const QuantizeFp8Args& a, Stream stream) {
                    a.x.stride(0), a.out.stride(0), a.scales.stride(0), a.scales.stride(1)};
   constexpr int kThreads = 256, kWarps = kThreads / 32;
   const int64_t wanted = ceil_div(rows * groups, kWarps);
-  const int64_t cap = int64_t(num_sms(a.x.device.index)) * 16;
+  const int64_t cap = int64_t(current_device_caps().num_sms) * 16;
   const unsigned grid = unsigned(wanted < cap ? wanted : cap);
   cudaStream_t s = to_cuda(stream);
   switch (a.x.dtype) {

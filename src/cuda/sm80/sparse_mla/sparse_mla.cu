@@ -27,14 +27,6 @@ std::size_t partial_o_bytes(int splits, int64_t rows, int64_t h_q) {
   return align256(std::size_t(splits) * std::size_t(rows) * std::size_t(h_q) * kDimV * sizeof(float));
 }
 
-// The device's caps from two attribute queries (cheap enough per launch; no property struct).
-DeviceCaps launch_caps(int device) {
-  DeviceCaps c;
-  c.num_sms = num_sms(device);
-  c.smem_per_block = std::size_t(max_dynamic_smem(device));
-  return c;
-}
-
 }  // namespace
 
 // Heads per CTA: the smallest of 16 / 32 / 64 that holds h_q (larger h_q: several blocks of 64).
@@ -91,7 +83,7 @@ void run(const SparseMlaArgs& a, Workspace ws, Stream stream, const SparseMlaTun
   require_rows_aligned(kOp, "kv", a.kv, 16);
   require_rows_aligned(kOp, "out", a.out, 4);
   DeviceGuard guard(a.q.device);
-  const SparseMlaConfig c = select(a, launch_caps(a.q.device.index), tune);
+  const SparseMlaConfig c = select(a, current_device_caps(), tune);
   ATTNSERVE_CHECK(ws.bytes >= c.ws_bytes, kOp, ": workspace of ", ws.bytes, " bytes is too small, need ", c.ws_bytes,
                   " (sparse_mla_workspace_size: ", c.num_splits, " splits of the top-k list for ", rows, " rows x ",
                   c.head_blocks, " head blocks)");
