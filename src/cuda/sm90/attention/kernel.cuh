@@ -94,24 +94,25 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
 
   if (wg == 0) {
     // Producer: tile t goes into stage t % 3 once the consumers released tile t - 3. A stage is
-    // published one iteration after its issue: this thread waits for its copies, fences them into
-    // the async proxy, then arrives. Publishing tile t - 1 comes before waiting for tile t's
-    // stage, so the consumers never wait on a release by the other consumer warpgroup.
+    // published one iteration after its issue, once tile t's copies are also issued (two tiles in
+    // flight): this thread waits for all but its latest group, fences them into the async proxy,
+    // then arrives. No deadlock: the release of tile t - 3 needs at most tile t - 2 published
+    // (ping-pong releases tile t - 3 in block t - 2), which happened at iteration t - 1.
     sm90::setmaxnreg_dec<kProducerRegs>();
     Loader<D, 128> ld(p, b, tid);
     ld.load_q(p, b, sQ);  // joins tile 0's group
     for (int t = 0; t < n; ++t) {
       const int s = t % kStagesWs;
-      if (t > 0) {
-        ptx::cp_async_wait<0>();
-        sm90::fence_proxy_async();
-        sm90::mbar_arrive(full((t - 1) % kStagesWs));
-      }
       ld.read_pages(p, b, t);  // page-id loads in flight during the wait below
       if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
       char* dK = sKV + s * 2 * Tr::kKvBytes;
       ld.issue(p, b, t, dK, dK + Tr::kKvBytes);
       ptx::cp_async_commit();
+      if (t > 0) {  // tile t - 1 is published while tile t's copies are in flight (two tiles in flight)
+        ptx::cp_async_wait<1>();
+        sm90::fence_proxy_async();
+        sm90::mbar_arrive(full((t - 1) % kStagesWs));
+      }
     }
     ptx::cp_async_wait<0>();
     if (n > 0) {
@@ -156,20 +157,27 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     sm90::wg_wait<0>();
     sm90::fence_regs(s);
     c.softmax(p, s, b.k_begin, pa);
+    // Block t: S of tile t, then P V of tile t - 1, as two commit groups (FA3's intra-warpgroup
+    // overlap): the softmax's first half (max, exponents, sums) on S(t) runs while P V(t - 1) is
+    // still in flight; O's rescale and P's conversion wait for it.
     for (int t = 1; t < n; ++t) {
       sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
       sm90::named_sync(1 + w, 256);
       pin();
       sm90::wg_fence();
-      c.issue_pv(stage_k(t - 1) + Tr::kKvBytes, pa);
       c.issue_s(sQa, stage_k(t), s);
       sm90::wg_commit();
+      c.issue_pv(stage_k(t - 1) + Tr::kKvBytes, pa);
+      sm90::wg_commit();
       sm90::named_arrive(2 - w, 256);
-      sm90::wg_wait<0>();
-      sm90::fence_regs(c.o);
+      sm90::wg_wait<1>();  // S(t) is done (groups complete in order)
       sm90::fence_regs(s);
+      float al0, al1;
+      c.scores(s, b.k_begin + t * kTileKeys, al0, al1);
+      sm90::wg_wait<0>();  // P V(t - 1) is done
+      pin();
       sm90::mbar_arrive(empty((t - 1) % kStagesWs));  // K and V of tile t - 1 are read
-      c.softmax(p, s, b.k_begin + t * kTileKeys, pa);
+      c.finish(s, al0, al1, pa);
     }
     sm90::named_sync(1 + w, 256);
     pin();

@@ -13,11 +13,20 @@
 namespace attnserve::cuda::attn90 {
 
 #if defined(ATTNSERVE_SM90_DEVICE)
+// 2^x, one MUFU.EX2 (flushes subnormal results to 0; ex2(-inf) = 0).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <typename T, int D>
 struct Consumer {
   using Tr = Traits<D>;
   int lane, rl0, rl1;              // the thread's two rows (CTA-local): lane/4 and lane/4 + 8 of its warp
-  int lo0, hi0, lo1, hi1, lo_max, hi_min;
+  int lo0, hi0, lo1, hi1;
+  int cta_lo, cta_hi;              // keys [cta_lo, cta_hi] are visible to every valid row of the CTA
+  bool cap;                        // softcap on
   float s_log2, s_cap_in, s_cap_out;
   float o[Tr::kOAcc];
   float m0, m1, l0, l1;
@@ -30,8 +39,11 @@ struct Consumer {
     const int pr0 = b.row0 + rl0, pr1 = b.row0 + rl1;
     if (pr0 < b.rows_total) row_bounds(p, pr0 / p.group, b.q_len, b.k_len, lo0, hi0); else { lo0 = 0; hi0 = -1; }
     if (pr1 < b.rows_total) row_bounds(p, pr1 / p.group, b.q_len, b.k_len, lo1, hi1); else { lo1 = 0; hi1 = -1; }
-    lo_max = max(lo0, lo1);
-    hi_min = min(hi0, hi1);
+    // lo and hi grow with the row: the CTA's last valid row has the largest lo, its first the smallest hi.
+    int unused;
+    row_bounds(p, (min(b.row0 + kRows, b.rows_total) - 1) / p.group, b.q_len, b.k_len, cta_lo, unused);
+    row_bounds(p, b.row0 / p.group, b.q_len, b.k_len, unused, cta_hi);
+    cap = p.softcap > 0.f;
     s_log2 = p.scale_log2;
     s_cap_in = p.softcap > 0.f ? p.scale_log2 / (p.softcap * 1.4426950408889634f) : 0.f;
     s_cap_out = p.softcap * 1.4426950408889634f;
@@ -62,48 +74,80 @@ struct Consumer {
     }
   }
 
-  // Scores of the tile starting at key kbase -> base-2 softmax update of m, l and O's scale, and
-  // P as A fragments. O must not be in flight (it is rescaled here).
-  __device__ __forceinline__ void softmax(const Params& p, float (&s)[Tr::kSAcc], int kbase,
-                                          uint32_t (&pa)[kTileKeys / 16][4]) {
-    // Scores in base 2, masked (a quad shares a row).
-    const bool need_mask = kbase < lo_max || kbase + kTileKeys - 1 > hi_min;
+  // Whether the tile starting at key kbase needs the per-element mask: CTA-uniform (the union of
+  // the CTA's rows), so the branch around the softmax variants never diverges.
+  __device__ __forceinline__ bool mask_tile(int kbase) const { return kbase < cta_lo || kbase + kTileKeys - 1 > cta_hi; }
+
+  // Softmax, first half: scores of the tile at key kbase -> new running max and sum, s = P in f32,
+  // (al0, al1) = O's rescale factors for the thread's two rows. Touches neither O nor P's fragments,
+  // so it may run while this warpgroup's P V wgmma of the previous tile is in flight.
+  // Base 2 as FA3 does (softmax.h): the max is taken on raw scores (scale > 0 is validated), and
+  // each exponent is one FFMA (s * scale_log2 - max * scale_log2) plus ex2.approx.ftz. Softcap
+  // transforms the scores into base-2 units first (unit 1).
+  template <bool MASK, bool CAP>
+  __device__ __forceinline__ void scores_t(float (&s)[Tr::kSAcc], int kbase, float& al0, float& al1) {
+    if constexpr (CAP) {
 #pragma unroll
-    for (int i = 0; i < Tr::kSAcc; ++i) {
-      float x = s[i];
-      x = p.softcap > 0.f ? s_cap_out * tanhf(x * s_cap_in) : x * s_log2;
-      if (need_mask) {
-        const int j = kbase + sm90::acc_col(lane, i);
-        const bool vis = (i & 2) == 0 ? (j >= lo0 && j <= hi0) : (j >= lo1 && j <= hi1);
-        x = vis ? x : -INFINITY;
+      for (int i = 0; i < Tr::kSAcc; ++i) s[i] = s_cap_out * tanhf(s[i] * s_cap_in);
+    }
+    if constexpr (MASK) {
+      // Column of element i: kbase + 2 (lane % 4) + 8 (i / 4) + i % 2; compare against the row
+      // bounds shifted by the thread's base so each test is against a compile-time offset.
+      const int cb = kbase + 2 * (lane & 3);
+      const int l0s = lo0 - cb, h0s = hi0 - cb, l1s = lo1 - cb, h1s = hi1 - cb;
+#pragma unroll
+      for (int i = 0; i < Tr::kSAcc; ++i) {
+        const int c = 8 * (i / 4) + (i % 2);
+        const bool vis = (i & 2) == 0 ? (c >= l0s && c <= h0s) : (c >= l1s && c <= h1s);
+        s[i] = vis ? s[i] : -INFINITY;
       }
-      s[i] = x;
     }
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+    // Row maxima: four independent chains per row (ILP), then the quad.
+    float a0 = s[0], a1 = s[1], c0 = s[2], c1 = s[3];
 #pragma unroll
-    for (int i = 0; i < Tr::kSAcc; i += 4) {
-      mx0 = fmaxf(mx0, fmaxf(s[i], s[i + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[i + 2], s[i + 3]));
+    for (int i = 4; i < Tr::kSAcc; i += 4) {
+      a0 = fmaxf(a0, s[i]);
+      a1 = fmaxf(a1, s[i + 1]);
+      c0 = fmaxf(c0, s[i + 2]);
+      c1 = fmaxf(c1, s[i + 3]);
     }
-    mx0 = ptx::quad_max(mx0);
-    mx1 = ptx::quad_max(mx1);
+    const float mx0 = ptx::quad_max(fmaxf(a0, a1)), mx1 = ptx::quad_max(fmaxf(c0, c1));
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
+    const float u = CAP ? 1.f : s_log2;
+    const float ms0 = mn0 == -INFINITY ? 0.f : mn0 * u, ms1 = mn1 == -INFINITY ? 0.f : mn1 * u;
+    al0 = ex2(fmaf(m0, u, -ms0));  // m = -inf (nothing seen yet): ex2(-inf) = 0
+    al1 = ex2(fmaf(m1, u, -ms1));
     m0 = mn0;
     m1 = mn1;
-    float ps0 = 0.f, ps1 = 0.f;
+    float p0 = 0.f, p0b = 0.f, p1 = 0.f, p1b = 0.f;
 #pragma unroll
     for (int i = 0; i < Tr::kSAcc; i += 4) {
-      s[i] = exp2f(s[i] - b0);
-      s[i + 1] = exp2f(s[i + 1] - b0);
-      s[i + 2] = exp2f(s[i + 2] - b1);
-      s[i + 3] = exp2f(s[i + 3] - b1);
-      ps0 += s[i] + s[i + 1];
-      ps1 += s[i + 2] + s[i + 3];
+      s[i] = ex2(fmaf(s[i], u, -ms0));
+      s[i + 1] = ex2(fmaf(s[i + 1], u, -ms0));
+      s[i + 2] = ex2(fmaf(s[i + 2], u, -ms1));
+      s[i + 3] = ex2(fmaf(s[i + 3], u, -ms1));
+      p0 += s[i];
+      p0b += s[i + 1];
+      p1 += s[i + 2];
+      p1b += s[i + 3];
     }
-    l0 = l0 * al0 + ps0;
-    l1 = l1 * al1 + ps1;
+    l0 = fmaf(l0, al0, p0 + p0b);
+    l1 = fmaf(l1, al1, p1 + p1b);
+  }
+
+  __device__ __forceinline__ void scores(float (&s)[Tr::kSAcc], int kbase, float& al0, float& al1) {
+    if (cap) {
+      if (mask_tile(kbase)) scores_t<true, true>(s, kbase, al0, al1);
+      else scores_t<false, true>(s, kbase, al0, al1);
+    } else {
+      if (mask_tile(kbase)) scores_t<true, false>(s, kbase, al0, al1);
+      else scores_t<false, false>(s, kbase, al0, al1);
+    }
+  }
+
+  // Softmax, second half: O *= alpha per row, P (f32 in s) -> A fragments. O and P must not be in flight.
+  __device__ __forceinline__ void finish(const float (&s)[Tr::kSAcc], float al0, float al1,
+                                         uint32_t (&pa)[kTileKeys / 16][4]) {
 #pragma unroll
     for (int i = 0; i < Tr::kOAcc; i += 4) {
       o[i] *= al0;
@@ -113,6 +157,14 @@ struct Consumer {
     }
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::acc_to_a<T>(s, kk, pa[kk]);
+  }
+
+  // Both halves (O must not be in flight).
+  __device__ __forceinline__ void softmax(const Params&, float (&s)[Tr::kSAcc], int kbase,
+                                          uint32_t (&pa)[kTileKeys / 16][4]) {
+    float al0, al1;
+    scores(s, kbase, al0, al1);
+    finish(s, al0, al1, pa);
   }
 
   // One tile, serially: S, softmax, PV. sQa = this warpgroup's 64 Q rows, sKa / sVa = the tile's
@@ -145,7 +197,7 @@ struct Consumer {
     for (int half = 0; half < 2; ++half) {
       const int pr = b.row0 + (half ? rl1 : rl0);
       if (pr >= b.rows_total) continue;
-      const float L = half ? l1 : l0, M = half ? m1 : m0;
+      const float L = half ? l1 : l0, M = (half ? m1 : m0) * (cap ? 1.f : s_log2);  // base-2 units
       const float sc = L > 0.f ? 1.f / L : 0.f;
       const int qr = pr / p.group, h = b.hk * p.group + (pr - qr * p.group);
       const int64_t tok = b.q_start + qr;
