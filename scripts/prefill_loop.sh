@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device loop for the Hopper prefill work: gpu_check.sh (build, the selected GPU tests, the prefill
-# bench), then the extend cases and one ncu profile of a chosen kernel. Logs under $OUT.
+# bench), then the extend cases and one ncu profile of a chosen kernel (details with stall reasons,
+# and the hottest SASS lines by stall samples). Logs under $OUT.
 #   NCU_KERNEL  regex of the kernel to profile (default attention_sm90_ws); NCU_CASE  bench case name
 #   NCU=0 skips the profile
 set -uo pipefail
@@ -8,11 +9,15 @@ cd "$(dirname "$0")/.."
 : "${OUT:?}"
 BENCHES=attention BENCH_FILTER=${BENCH_FILTER:-prefill} SANITIZER=${SANITIZER:-0} scripts/gpu_check.sh
 B=${BUILD_DIR:-build-gpu}
-[ -x "$B/bench_attention" ] && timeout 120 "$B/bench_attention" extend 2>&1 | tee "$OUT/bench_extend.log"
+[ -x "$B/bench_attention" ] && [ "${EXTEND:-1}" != 0 ] && timeout 120 "$B/bench_attention" extend 2>&1 | tee "$OUT/bench_extend.log"
 if [ "${NCU:-1}" != 0 ] && [ -x "$B/bench_attention" ]; then
   timeout 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
-    --section SchedulerStats --section LaunchStats --section InstructionStats --section SourceCounters \
-    -k "regex:${NCU_KERNEL:-attention_sm90_ws}" --launch-skip 2 --launch-count 1 \
-    "$B/bench_attention" "${NCU_CASE:-prefill b1 s8K hq32 hkv8 d128 causal sm90pp}" >"$OUT/ncu.txt" 2>&1
+    --section SchedulerStats --section InstructionStats --section SourceCounters --import-source no \
+    -k "regex:${NCU_KERNEL:-attention_sm90_ws}" --launch-skip 2 --launch-count 1 -o /tmp/prof -f \
+    "$B/bench_attention" "${NCU_CASE:-prefill b1 s8K hq32 hkv8 d128 causal sm90pp}" >"$OUT/ncu_run.txt" 2>&1
+  ncu -i /tmp/prof.ncu-rep --page details --print-details all >"$OUT/ncu.txt" 2>&1
+  ncu -i /tmp/prof.ncu-rep --page source --csv --print-source sass >/tmp/src.csv 2>&1
+  python3 scripts/ncu_hot.py /tmp/src.csv 60 >"$OUT/ncu_hot.txt" 2>&1
   grep -E "Duration|Issue Slots|Eligible Warps|highest-utilized|Executed Instructions  |Warp Cycles Per Issued|Registers" "$OUT/ncu.txt" | head -20
+  head -70 "$OUT/ncu_hot.txt" | cut -c1-200
 fi

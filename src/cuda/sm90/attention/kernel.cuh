@@ -86,39 +86,29 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
   auto stage_k = [&](int t) { return ptx::smem_addr(sKV + (t % kStagesWs) * 2 * Tr::kKvBytes); };
   if (tid == 0)
     for (int s = 0; s < kStagesWs; ++s) {
-      sm90::mbar_init(full(s), 128);   // every producer thread, after its copies and proxy fence
+      sm90::mbar_init(full(s), 128);   // every producer thread, when its copies of the stage land
       sm90::mbar_init(empty(s), 256);  // every consumer thread, after its wgmmas read the stage
     }
   __syncthreads();
   const int n = b.n_tiles;
 
   if (wg == 0) {
-    // Producer: tile t goes into stage t % 3 once the consumers released tile t - 3. A stage is
-    // published one iteration after its issue, once tile t's copies are also issued (two tiles in
-    // flight): this thread waits for all but its latest group, fences them into the async proxy,
-    // then arrives. No deadlock: the release of tile t - 3 needs at most tile t - 2 published
-    // (ping-pong releases tile t - 3 in block t - 2), which happened at iteration t - 1.
+    // Producer: tile t goes into stage t % 3 once the consumers released tile t - 3. Each thread
+    // publishes its copies of a tile through cp.async.mbarrier.arrive (the arrival happens when
+    // they land), so it never waits on its own copies and up to three tiles are in flight. The
+    // consumers fence the landed bytes into the async proxy after their full-barrier wait.
     sm90::setmaxnreg_dec<kProducerRegs>();
     Loader<D, 128> ld(p, b, tid);
-    ld.load_q(p, b, sQ);  // joins tile 0's group
+    ld.load_q(p, b, sQ);  // tracked by tile 0's arrival
     for (int t = 0; t < n; ++t) {
       const int s = t % kStagesWs;
       ld.read_pages(p, b, t);  // page-id loads in flight during the wait below
       if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
       char* dK = sKV + s * 2 * Tr::kKvBytes;
       ld.issue(p, b, t, dK, dK + Tr::kKvBytes);
-      ptx::cp_async_commit();
-      if (t > 0) {  // tile t - 1 is published while tile t's copies are in flight (two tiles in flight)
-        ptx::cp_async_wait<1>();
-        sm90::fence_proxy_async();
-        sm90::mbar_arrive(full((t - 1) % kStagesWs));
-      }
+      sm90::cp_async_mbar_arrive(full(s));
     }
-    ptx::cp_async_wait<0>();
-    if (n > 0) {
-      sm90::fence_proxy_async();
-      sm90::mbar_arrive(full((n - 1) % kStagesWs));
-    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
 
@@ -130,6 +120,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
   if constexpr (!PINGPONG) {
     for (int t = 0; t < n; ++t) {
       sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
+      sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
       const uint32_t sKa = stage_k(t);
       c.attend(p, sQa, sKa, sKa + Tr::kKvBytes, b.k_begin + t * kTileKeys);
       sm90::mbar_arrive(empty(t % kStagesWs));
@@ -149,6 +140,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     };
     if (w == 1) sm90::named_arrive(1, 256);
     sm90::mbar_wait(full(0), 0);
+    sm90::fence_proxy_async();
     sm90::named_sync(1 + w, 256);
     sm90::wg_fence();
     c.issue_s(sQa, stage_k(0), s);
@@ -162,6 +154,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     // still in flight; O's rescale and P's conversion wait for it.
     for (int t = 1; t < n; ++t) {
       sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
+      sm90::fence_proxy_async();
       sm90::named_sync(1 + w, 256);
       pin();
       sm90::wg_fence();

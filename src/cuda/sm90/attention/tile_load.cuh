@@ -56,14 +56,19 @@ struct Block {
   }
 };
 
-// Loads by NT threads (thread index `t` in 0..NT-1): chunk lch of rows lrow0 + i * kStep.
+// Loads by NT threads (thread index `t` in 0..NT-1). Eight threads share a row, one 16-byte chunk
+// of each 64-column panel each (chunks lch and lch + 8 at d 128, both at the same swizzled position
+// of their panel), so a row's page id and slot arithmetic are computed by 8 threads, not 16, and a
+// thread covers kTileKeys / (NT / 8) rows of a tile (FA3's paged_kv.h also gives a row's 128-byte
+// line to 8 threads).
 template <int D, int NT>
 struct Loader {
   using Tr = Traits<D>;
-  static constexpr int kStep = NT / Tr::kChunks;             // tile rows covered per pass
+  static constexpr int kTpr = 8;                             // threads per row
+  static constexpr int kStep = NT / kTpr;                    // tile rows covered per pass
   static constexpr int kRowsPerThread = kTileKeys / kStep;   // K/V rows per thread per tile
   static constexpr int kQRowsPerThread = kRows / kStep;
-  static_assert(NT % Tr::kChunks == 0 && kTileKeys % kStep == 0, "load mapping");
+  static_assert(NT % kTpr == 0 && kTileKeys % kStep == 0 && kRows % kStep == 0, "load mapping");
 
   int lch, lrow0;
   const int* pt;
@@ -71,8 +76,8 @@ struct Loader {
   int pages[kRowsPerThread];  // page id per loaded row, -1: zero-fill
 
   __device__ __forceinline__ Loader(const Params& p, const Block& b, int t) {
-    lch = t % Tr::kChunks;
-    lrow0 = t / Tr::kChunks;
+    lch = t % kTpr;
+    lrow0 = t / kTpr;
     pt = p.page_table + int64_t(b.r) * p.pt_st;
     gK = p.k + int64_t(b.hk) * p.k_sh + lch * 16;
     gV = p.v + int64_t(b.hk) * p.v_sh + lch * 16;
@@ -90,7 +95,10 @@ struct Loader {
         const int qr = pr / p.group, h = b.hk * p.group + (pr - qr * p.group);
         src = p.q + ((int64_t(b.q_start + qr) * p.q_st + int64_t(h) * p.q_sh) * 2 + lch * 16);
       }
-      ptx::cp_async_16(ptx::smem_addr(sQ + tile_offset<Tr::kQPanelBytes>(row, lch)), src, valid ? 16 : 0);
+      const uint32_t dst = ptx::smem_addr(sQ) + sm90::sw128_offset(row, lch);
+#pragma unroll
+      for (int pn = 0; pn < Tr::kPanels; ++pn)
+        ptx::cp_async_16(dst + uint32_t(pn * Tr::kQPanelBytes), src + (valid ? pn * 128 : 0), valid ? 16 : 0);
     }
   }
 
@@ -108,6 +116,7 @@ struct Loader {
   // cp.async of K and V rows of `tile` into dK / dV (no commit); invalid pages read as zeros.
   __device__ __forceinline__ void issue(const Params& p, const Block& b, int tile, char* dK, char* dV) const {
     const int j0 = b.k_begin + tile * kTileKeys + lrow0;
+    const uint32_t sK = ptx::smem_addr(dK), sV = ptx::smem_addr(dV);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int row = lrow0 + i * kStep;
@@ -116,9 +125,14 @@ struct Loader {
       const int page = pages[i];
       const bool ok = page >= 0 && page < p.num_pages;
       const int64_t slot = ok ? int64_t(page) * p.page_size + in_page : 0;
-      const uint32_t off = tile_offset<Tr::kKvPanelBytes>(row, lch);
-      ptx::cp_async_16(ptx::smem_addr(dK + off), gK + slot * p.k_stok, ok ? 16 : 0);
-      ptx::cp_async_16(ptx::smem_addr(dV + off), gV + slot * p.v_stok, ok ? 16 : 0);
+      const char* srcK = gK + slot * p.k_stok;
+      const char* srcV = gV + slot * p.v_stok;
+      const uint32_t off = sm90::sw128_offset(row, lch);
+#pragma unroll
+      for (int pn = 0; pn < Tr::kPanels; ++pn) {
+        ptx::cp_async_16(sK + off + uint32_t(pn * Tr::kKvPanelBytes), srcK + pn * 128, ok ? 16 : 0);
+        ptx::cp_async_16(sV + off + uint32_t(pn * Tr::kKvPanelBytes), srcV + pn * 128, ok ? 16 : 0);
+      }
     }
   }
 };

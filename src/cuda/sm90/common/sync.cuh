@@ -14,6 +14,11 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
 }
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed (asynchronously;
+// .noinc: the arrival counts against the barrier's expected count, as mbar_arrive does).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 // True once the phase of parity `parity` has completed (acquire semantics).
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity) {
   uint32_t done;
