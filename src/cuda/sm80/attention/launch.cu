@@ -91,7 +91,10 @@ bool sm90_supports(const PagedAttentionArgs& a, const DeviceCaps& caps, int vari
   const int d = int(a.q.size(2));
   return attn90::kBuilt && caps.arch == 90 && a.k_cache.dtype == a.q.dtype && (d == 64 || d == 128) &&
          a.k_descale.empty_view() && a.v_descale.empty_view() && !a.deterministic &&
-         attn90::smem_bytes(d, variant) <= caps.smem_per_block;
+         attn90::smem_bytes(d, variant) <= caps.smem_per_block &&
+         // 32-bit slot and byte-stride arithmetic in its K/V gather (tile_load.cuh)
+         a.k_cache.stride(1) * 2 <= INT32_MAX && a.v_cache.stride(1) * 2 <= INT32_MAX &&
+         a.k_cache.size(0) * a.k_cache.size(1) <= INT32_MAX;
 }
 
 }  // namespace

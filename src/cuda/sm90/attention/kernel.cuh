@@ -16,6 +16,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "config.h"
 #include "cuda/sm90/common/sync.cuh"
 #include "tile_math.cuh"
@@ -100,14 +102,19 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     sm90::setmaxnreg_dec<kProducerRegs>();
     Loader<D, 128> ld(p, b, tid);
     ld.load_q(p, b, sQ);  // tracked by tile 0's arrival
-    for (int t = 0; t < n; ++t) {
-      const int s = t % kStagesWs;
-      ld.read_pages(p, b, t);  // page-id loads in flight during the wait below
-      if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
-      char* dK = sKV + s * 2 * Tr::kKvBytes;
-      ld.issue(p, b, t, dK, dK + Tr::kKvBytes);
-      sm90::cp_async_mbar_arrive(full(s));
-    }
+    auto produce = [&](auto pow2) {
+      constexpr bool kPow2 = decltype(pow2)::value;
+      for (int t = 0; t < n; ++t) {
+        const int s = t % kStagesWs;
+        ld.template read_pages_t<kPow2>(p, b, t);  // page-id loads in flight during the wait below
+        if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
+        char* dK = sKV + s * 2 * Tr::kKvBytes;
+        ld.template issue_t<kPow2>(p, b, t, dK, dK + Tr::kKvBytes);
+        sm90::cp_async_mbar_arrive(full(s));
+      }
+    };
+    if (p.page_shift >= 0) produce(std::true_type{});
+    else produce(std::false_type{});
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }

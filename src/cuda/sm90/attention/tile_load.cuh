@@ -68,7 +68,7 @@ struct Loader {
   static constexpr int kStep = NT / kTpr;                    // tile rows covered per pass
   static constexpr int kRowsPerThread = kTileKeys / kStep;   // K/V rows per thread per tile
   static constexpr int kQRowsPerThread = kRows / kStep;
-  static_assert(NT % kTpr == 0 && kTileKeys % kStep == 0 && kRows % kStep == 0, "load mapping");
+  static_assert(NT % kTpr == 0 && kTileKeys % kStep == 0 && kRows % kStep == 0 && kStep % 8 == 0, "load mapping");
 
   int lch, lrow0;
   const int* pt;
@@ -103,37 +103,55 @@ struct Loader {
   }
 
   // Page ids of this thread's rows of `tile` (plain loads, consumed by the next issue()).
-  __device__ __forceinline__ void read_pages(const Params& p, const Block& b, int tile) {
+  // POW2: page_size = 1 << page_shift (shifts and masks; otherwise divisions). The callers branch
+  // once per tile or once per kernel, not per row: a branch per row broke the loop into basic blocks.
+  template <bool POW2>
+  __device__ __forceinline__ void read_pages_t(const Params& p, const Block& b, int tile) {
     const int j0 = b.k_begin + tile * kTileKeys + lrow0;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int j = j0 + i * kStep;
-      const int pi = p.page_shift >= 0 ? (j >> p.page_shift) : j / p.page_size;
+      const int pi = POW2 ? (j >> p.page_shift) : j / p.page_size;
       pages[i] = (j < b.k_end && pi < p.max_pages) ? __ldg(pt + pi) : -1;
     }
   }
 
   // cp.async of K and V rows of `tile` into dK / dV (no commit); invalid pages read as zeros.
-  __device__ __forceinline__ void issue(const Params& p, const Block& b, int tile, char* dK, char* dV) const {
+  // Slots and byte offsets in 32-bit arithmetic, widened once per row by IMAD.WIDE (the selector
+  // requires slots and per-token strides below 2^31: sm90_supports); 64-bit products per row
+  // were ~14 instructions of the producer's ~60 per row.
+  template <bool POW2>
+  __device__ __forceinline__ void issue_t(const Params& p, const Block& b, int tile, char* dK, char* dV) const {
     const int j0 = b.k_begin + tile * kTileKeys + lrow0;
-    const uint32_t sK = ptx::smem_addr(dK), sV = ptx::smem_addr(dV);
+    const uint32_t sK = ptx::smem_addr(dK) + sm90::sw128_offset(lrow0, lch);
+    const uint32_t sV = ptx::smem_addr(dV) + sm90::sw128_offset(lrow0, lch);
+    const uint32_t stk = uint32_t(p.k_stok), stv = uint32_t(p.v_stok);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const int row = lrow0 + i * kStep;
       const int j = j0 + i * kStep;
-      const int in_page = p.page_shift >= 0 ? (j & ((1 << p.page_shift) - 1)) : j % p.page_size;
+      const int in_page = POW2 ? (j & ((1 << p.page_shift) - 1)) : j % p.page_size;
       const int page = pages[i];
-      const bool ok = page >= 0 && page < p.num_pages;
-      const int64_t slot = ok ? int64_t(page) * p.page_size + in_page : 0;
-      const char* srcK = gK + slot * p.k_stok;
-      const char* srcV = gV + slot * p.v_stok;
-      const uint32_t off = sm90::sw128_offset(row, lch);
+      const bool ok = unsigned(page) < unsigned(p.num_pages);
+      const uint32_t slot = ok ? uint32_t(POW2 ? (page << p.page_shift) + in_page : page * p.page_size + in_page) : 0u;
+      const char* srcK = gK + uint64_t(slot) * stk;  // one IMAD.WIDE.U32 each
+      const char* srcV = gV + uint64_t(slot) * stv;
+      // Row lrow0 + i * kStep: kStep is a multiple of 8, so the swizzle phase is lrow0's.
+      const uint32_t off = uint32_t(i * kStep * 128);
 #pragma unroll
       for (int pn = 0; pn < Tr::kPanels; ++pn) {
         ptx::cp_async_16(sK + off + uint32_t(pn * Tr::kKvPanelBytes), srcK + pn * 128, ok ? 16 : 0);
         ptx::cp_async_16(sV + off + uint32_t(pn * Tr::kKvPanelBytes), srcV + pn * 128, ok ? 16 : 0);
       }
     }
+  }
+
+  __device__ __forceinline__ void read_pages(const Params& p, const Block& b, int tile) {
+    if (p.page_shift >= 0) read_pages_t<true>(p, b, tile);
+    else read_pages_t<false>(p, b, tile);
+  }
+  __device__ __forceinline__ void issue(const Params& p, const Block& b, int tile, char* dK, char* dV) const {
+    if (p.page_shift >= 0) issue_t<true>(p, b, tile, dK, dV);
+    else issue_t<false>(p, b, tile, dK, dV);
   }
 };
 

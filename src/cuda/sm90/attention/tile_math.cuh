@@ -53,13 +53,20 @@ struct Consumer {
     l0 = l1 = 0.f;
   }
 
+  // Descriptors as (lo, hi) words: the start address sits in lo's low 14 bits (address / 16 of a
+  // shared memory below 256 KB), so a k-step's constant offset is one 32-bit add to lo, no carry.
+  static __device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t hi, uint32_t byte_off) {
+    return (uint64_t(hi) << 32) | uint64_t(lo + (byte_off >> 4));
+  }
+
   // Issues S = Q K^T (no commit): d/16 k-steps; step k lives in panel k/4 at byte 32 * (k % 4).
   __device__ __forceinline__ void issue_s(uint32_t sQa, uint32_t sKa, float (&s)[Tr::kSAcc]) {
+    const uint64_t dq = sm90::desc_kmajor(sQa), dk = sm90::desc_kmajor(sKa);
+    const uint32_t hi = uint32_t(dq >> 32);
 #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
-      const uint32_t koff = uint32_t((k & 3) * 32);
-      const uint64_t da = sm90::desc_kmajor(sQa + uint32_t((k >> 2) * Tr::kQPanelBytes) + koff);
-      const uint64_t db = sm90::desc_kmajor(sKa + uint32_t((k >> 2) * Tr::kKvPanelBytes) + koff);
+      const uint64_t da = desc_at(uint32_t(dq), hi, uint32_t((k >> 2) * Tr::kQPanelBytes + (k & 3) * 32));
+      const uint64_t db = desc_at(uint32_t(dk), hi, uint32_t((k >> 2) * Tr::kKvPanelBytes + (k & 3) * 32));
       sm90::Wgmma<T, kTileKeys>::template ss<0, 0>(s, da, db, k > 0 ? 1 : 0);
     }
   }
@@ -67,9 +74,10 @@ struct Consumer {
   // Issues O += P V (no commit): 16 keys = two 8-key groups of 1024 bytes; N = d spans the panels
   // (LBO = panel bytes).
   __device__ __forceinline__ void issue_pv(uint32_t sVa, const uint32_t (&pa)[kTileKeys / 16][4]) {
+    const uint64_t dv = sm90::desc_mnmajor(sVa, Tr::kKvPanelBytes);
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-      const uint64_t db = sm90::desc_mnmajor(sVa + uint32_t(kk * 16 * 128), Tr::kKvPanelBytes);
+      const uint64_t db = desc_at(uint32_t(dv), uint32_t(dv >> 32), uint32_t(kk * 16 * 128));
       sm90::Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
     }
   }
