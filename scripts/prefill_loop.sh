@@ -18,6 +18,11 @@ if [ "${NCU:-1}" != 0 ] && [ -x "$B/bench_attention" ]; then
   ncu -i /tmp/prof.ncu-rep --page details --print-details all >"$OUT/ncu.txt" 2>&1
   ncu -i /tmp/prof.ncu-rep --page source --csv --print-source sass >/tmp/src.csv 2>&1
   python3 scripts/ncu_hot.py /tmp/src.csv 60 >"$OUT/ncu_hot.txt" 2>&1
+  gzip -c /tmp/src.csv >"$OUT/ncu_source.csv.gz"
   grep -E "Duration|Issue Slots|Eligible Warps|highest-utilized|Executed Instructions  |Warp Cycles Per Issued|Registers" "$OUT/ncu.txt" | head -20
   head -70 "$OUT/ncu_hot.txt" | cut -c1-200
 fi
+# at most 8 files come back: drop the duplicates
+rm -f "$OUT/bench.log" "$OUT/ncu_run.txt"
+grep -q "build (sm.*PASS" "$OUT/gpu_check.log" && rm -f "$OUT/build.log"
+true

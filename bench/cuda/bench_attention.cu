@@ -186,10 +186,10 @@ void bench_paged(const std::string& name, int b, int h_q, int h_kv, int d, int p
 }
 
 void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int d, int prefix = 0,
-                   cuda::attn::Tuning tune = {}) {
+                   cuda::attn::Tuning tune = {}, int page_size = 16) {
   if (!selected(name)) return;
   const int ctx = s + prefix;
-  Paged p = make_paged(b, h_q, h_kv, d, 16, s, ctx, true, 99);
+  Paged p = make_paged(b, h_q, h_kv, d, page_size, s, ctx, true, 99);
   PagedAttentionArgs a0 = paged_args(p, 0, false);
   const auto cfg = cuda::attn::select(a0, cuda::attn::current_device_caps(), tune);
   p.ws = Buffer(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
@@ -385,6 +385,17 @@ int main(int argc, char** argv) {
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal" + v, 1, 8192, 32, 8, 128, 0, t);
     bench_prefill("prefill b4 s4K hq32 hkv8 d128 causal" + v, 4, 4096, 32, 8, 128, 0, t);
     bench_prefill("extend b8 prefix4K +1K hq32 hkv8 page16" + v, 8, 1024, 32, 8, 128, 4096, t);
+  }
+  // The ping-pong kernel on the other shapes of ../shared/ANCHORS.md and on d 64, page 64, page 1,
+  // and a repeat of the first case for the spread inside the run.
+  {
+    cuda::attn::Tuning t;
+    t.sm90 = 3;
+    bench_prefill("prefill b1 s16K hq64 hkv8 d128 causal sm90pp", 1, 16384, 64, 8, 128, 0, t);
+    bench_prefill("prefill b1 s8K hq32 hkv8 d64 causal sm90pp", 1, 8192, 32, 8, 64, 0, t);
+    bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal page64 sm90pp", 1, 8192, 32, 8, 128, 0, t, 64);
+    bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal page1 sm90pp", 1, 8192, 32, 8, 128, 0, t, 1);
+    bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat sm90pp", 1, 8192, 32, 8, 128, 0, t);
   }
   return 0;
 }
