@@ -7,11 +7,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?}"
-BENCHES=attention BENCH_FILTER=${BENCH_FILTER:-prefill} SANITIZER=${SANITIZER:-0} scripts/gpu_check.sh
+# Short limits: a hung kernel (a deadlocked pipeline) otherwise eats the whole device call.
+SUITE_TIMEOUT=${SUITE_TIMEOUT:-45} BENCH_TIMEOUT=${BENCH_TIMEOUT:-120} \
+  BENCHES=attention BENCH_FILTER=${BENCH_FILTER:-prefill} SANITIZER=${SANITIZER:-0} scripts/gpu_check.sh
 B=${BUILD_DIR:-build-gpu}
-[ -x "$B/bench_attention" ] && [ "${EXTEND:-1}" != 0 ] && timeout 120 "$B/bench_attention" extend 2>&1 | tee "$OUT/bench_extend.log"
+[ -x "$B/bench_attention" ] && [ "${EXTEND:-1}" != 0 ] && timeout 60 "$B/bench_attention" extend 2>&1 | tee "$OUT/bench_extend.log"
 if [ "${NCU:-1}" != 0 ] && [ -x "$B/bench_attention" ]; then
-  timeout 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+  timeout 120 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --section SourceCounters --import-source no \
     -k "regex:${NCU_KERNEL:-attention_sm90_ws}" --launch-skip 2 --launch-count 1 -o /tmp/prof -f \
     "$B/bench_attention" "${NCU_CASE:-prefill b1 s8K hq32 hkv8 d128 causal sm90pp}" >"$OUT/ncu_run.txt" 2>&1
