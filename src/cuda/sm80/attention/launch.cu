@@ -143,8 +143,10 @@ Config select(const PagedAttentionArgs& a, const DeviceCaps& caps, const Tuning&
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
   const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
-  // Auto picks kCoop until the warp-specialized kernel has been measured on the device.
-  const int variant = tune.sm90 == attn90::kWarpSpecialized || tune.sm90 == attn90::kPingPong ? tune.sm90 : attn90::kCoop;
+  // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
+  // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..3
+  // forces one.
+  const int variant = tune.sm90 == attn90::kCoop || tune.sm90 == attn90::kWarpSpecialized ? tune.sm90 : attn90::kPingPong;
   const bool want90 = tune.sm90 > 0 ||
                       (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
   if (want90 && sm90_supports(a, caps, variant)) {
