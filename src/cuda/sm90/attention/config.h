@@ -8,12 +8,14 @@ namespace attnserve::cuda::attn90 {
 // Two kernels share the tile math (tile_math.cuh) and differ in who loads:
 //   kCoop (1): 256 threads = 2 consumer warpgroups that also issue the cp.async loads; a CTA
 //              barrier per tile; 2 stages.
-//   kWarpSpecialized (2): 384 threads = a producer warpgroup (cp.async, setmaxnreg down) and 2
-//              consumer warpgroups (setmaxnreg up) synchronized by full/empty mbarriers; 3 stages,
-//              so the consumer warpgroups drift apart and overlap softmax with wgmma.
-//   kPingPong (3): kWarpSpecialized whose consumers take turns on the tensor cores (named
-//              barriers): each issues P V of the previous tile and S of this one as one block,
-//              then runs its softmax while the other warpgroup's block executes.
+//   kWarpSpecialized (2): 384 threads = a producer warpgroup (cp.async, setmaxnreg down; its
+//              arrivals on the full mbarriers fire when its copies land, so up to 3 tiles are in
+//              flight) and 2 consumer warpgroups (setmaxnreg up) releasing stages through empty
+//              mbarriers; 3 stages, so the consumer warpgroups drift apart.
+//   kPingPong (3, the auto choice): kWarpSpecialized whose consumers take turns on the tensor
+//              cores (named barriers): each issues S of this tile and P V of the previous one
+//              as two commit groups, runs the softmax's first half once S lands (while its
+//              P V runs), then the other warpgroup's block executes under the rest.
 enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3 };
 
 constexpr int kThreads = 256;

@@ -8,10 +8,13 @@
 // rule out TMA tiles) into 128-byte swizzled panels (tile_load.cuh, common/wgmma.cuh).
 //
 // Kernels (config.h): kCoop, where the consumers also load (2 stages, a CTA barrier per tile);
-// kWarpSpecialized, where a producer warpgroup loads (3 stages, full/empty mbarriers); kPingPong,
-// the same with the consumers taking turns on the tensor cores.
-// cp.async writes are generic-proxy writes that wgmma reads through the async proxy: each writing
-// thread waits for its copies, runs fence.proxy.async, then synchronizes with the readers.
+// kWarpSpecialized, where a producer warpgroup loads (3 stages, full/empty mbarriers); kPingPong
+// (the auto choice), the same with the consumers taking turns on the tensor cores and each
+// overlapping its softmax with its own P V (FA3's intra-warpgroup overlap).
+// cp.async writes are generic-proxy writes that wgmma reads through the async proxy. kCoop: each
+// writing thread waits for its copies, runs fence.proxy.async, then a CTA barrier. Producer
+// kernels: each producer thread's cp.async.mbarrier.arrive fires when its copies land; the
+// consumers run fence.proxy.async after their full-barrier wait, before the wgmmas.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
