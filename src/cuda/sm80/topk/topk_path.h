@@ -1,0 +1,14 @@
+// Which top-k kernel the CUDA launcher uses (internal: benchmarks and tests, for A/B runs in one process).
+#pragma once
+
+namespace attnserve::cuda {
+
+enum class TopkPath : int {
+  automatic = 0,  // sampled when the device has the shared memory, else global
+  global = 1,     // topk_radix_global.cuh: up to 5 reads of the row from L2/HBM
+  sampled = 2,    // topk_sampled.cuh: one read, candidates in shared memory (falls back to global itself)
+};
+void set_topk_path(TopkPath path);  // process-wide; not thread safe against concurrent launches
+TopkPath topk_path();
+
+}  // namespace attnserve::cuda
