@@ -104,7 +104,8 @@ struct BinPick {
 
 // Block-wide, every thread calls it after a barrier that completed `hist`: the largest d with
 // count(bins >= d) >= need (need >= 1 and <= the total). Thread t owns bins [t * kBins / kThreads, ...);
-// a suffix sum over threads finds the owner. s_warp: [kThreads / 32] scratch; s_pick: the result.
+// a suffix sum over threads finds the owner. hist: 16-byte aligned; s_warp: [kThreads / 32] scratch;
+// s_pick: the result.
 // Returns after a barrier, with the result read by every thread.
 template <int kThreads>
 __device__ inline BinPick find_bin(const uint32_t* hist, uint32_t need, uint32_t* s_warp, BinPick* s_pick) {
@@ -112,9 +113,16 @@ __device__ inline BinPick find_bin(const uint32_t* hist, uint32_t need, uint32_t
   constexpr int kPer = kBins / kThreads;
   static_assert(kBins % kThreads == 0, "bins per thread");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  static_assert(kPer % 4 == 0, "bins are read as uint4");
+  // 16-byte reads, the i-th of a thread rotated by tid / 2: lanes 64 bytes apart (kPer 16) would
+  // otherwise meet in two bank groups (the scalar loop was a 16-way conflict). hist is 16-byte aligned.
+  const uint4* h4 = reinterpret_cast<const uint4*>(hist + tid * kPer);
   uint32_t mine = 0;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) mine += hist[tid * kPer + i];
+  for (int i = 0; i < kPer / 4; ++i) {
+    const uint4 x = h4[(i + (tid >> 1)) & (kPer / 4 - 1)];
+    mine += x.x + x.y + x.z + x.w;
+  }
   uint32_t incl = mine;  // sum over lanes >= lane of this warp
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {

@@ -150,7 +150,7 @@ __device__ void radix_select_global(const TopkParams& p, int64_t row, const RowV
 // The first kernel: one CTA per row, every pass from global memory.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) topk_global_kernel(TopkParams p) {
-  __shared__ uint32_t s_hist[kBins];
+  __shared__ alignas(16) uint32_t s_hist[kBins];
   __shared__ uint32_t s_warp[2][kThreads / 32];
   __shared__ BinPick s_pick;
   const int64_t row = blockIdx.x;

@@ -4,7 +4,7 @@
 //   1. Rows of at most kExactMax (4096) elements: the whole row goes to shared memory as candidates.
 //      Longer rows: a sample of 32 evenly spaced chunks of 128 elements (4096 values, one 16-byte load
 //      per thread at 1024 threads), and a radix select on the sample's keys picks a key t such that about
-//      r = k_s + 5 sqrt(k_s) + 32 sample values are >= t, k_s = k * 4096 / len (the sample's share of k):
+//      r = k_s + 5 sqrt(k_s) + 16 sample values are >= t, k_s = k * 4096 / len (the sample's share of k):
 //      count(row >= t) is then >= k with a margin of ~5 standard deviations for exchangeable scores.
 //   2. One pass over the row with 16-byte loads (kUnroll per thread in flight): every value with
 //      key >= t goes to its warp's segment of shared memory (key and position, kSegCap per warp; warps
@@ -37,7 +37,7 @@ struct SampledSmem {
   static constexpr int kWarps = kThreads / 32;
   uint32_t key[kWarps * kSegCap];
   uint32_t pos[kWarps * kSegCap];
-  uint32_t hist[kBins];
+  alignas(16) uint32_t hist[kBins];  // 16-byte aligned: find_bin reads uint4
   uint32_t warp[2][kWarps];
   uint32_t cnt[kWarps];  // candidates in each warp's segment
   BinPick pick;
@@ -95,7 +95,7 @@ __device__ __forceinline__ CompositeDigit composite_digit(int pass) {
 }
 
 template <int kThreads, int kUnroll>
-__global__ void __launch_bounds__(kThreads) topk_sampled_kernel(TopkParams p) {
+__global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sampled_kernel(TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
   extern __shared__ uint4 smem_raw[];
   SampledSmem<kThreads>& S = *reinterpret_cast<SampledSmem<kThreads>*>(smem_raw);
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) topk_sampled_kernel(TopkParams p) {
     if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
     __syncthreads();
     const float ks = float(k) * float(kSampleSize) / float(4 * nq);
-    const float rf = ks + 5.f * sqrtf(ks) + 32.f;
+    const float rf = ks + 5.f * sqrtf(ks) + 16.f;
     if (rf < float(kSampleSize)) {
       const uint32_t r = uint32_t(rf);
       uint32_t need = r;
