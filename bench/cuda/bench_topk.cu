@@ -32,7 +32,12 @@ __global__ void fill_ties16_kernel(float* p, std::size_t n, uint32_t seed) {
 }
 
 const char* path_name(cuda::TopkPath path) {
-  return path == cuda::TopkPath::global ? " [global]" : path == cuda::TopkPath::sampled ? " [sampled]" : "";
+  switch (path) {
+    case cuda::TopkPath::global: return " [global]";
+    case cuda::TopkPath::sampled: return " [sampled]";
+    case cuda::TopkPath::sampled_no_prefetch: return " [no prefetch]";
+    default: return "";
+  }
 }
 
 void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer, Fill fill = Fill::uniform,
@@ -85,6 +90,7 @@ int main(int argc, char** argv) {
   bench_case(128, 64 << 10, 2048, none, "repeat (spread)");
   bench_case(128, 64 << 10, 2048, none, "sglang 43.6 us", Fill::normal);
   bench_case(128, 64 << 10, 2048, none, "A/B", Fill::normal, P::global);
+  bench_case(128, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_no_prefetch);
   bench_case(128, 64 << 10, 2048, TopkTransform::decode, "fused slot transform; sglang 46.2 us");
   bench_case(128, 64 << 10, 2048, none, "adversarial; sglang wrong on every row", Fill::ties16);
   bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::global);
@@ -92,11 +98,13 @@ int main(int argc, char** argv) {
   bench_case(128, 16 << 10, 2048, none, "A/B", Fill::normal, P::global);
   bench_case(1, 64 << 10, 2048, none, "target <= 15 us; sglang 36.7 us", Fill::normal);
   bench_case(1, 64 << 10, 2048, none, "A/B", Fill::normal, P::global);
+  bench_case(1, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_no_prefetch);
   bench_case(1, 16 << 10, 2048, none, "sglang 15.3 us", Fill::normal);
   bench_case(1, 4 << 10, 2048, none, "sglang 7.8 us", Fill::normal);
   bench_case(1, 128 << 10, 2048, none, "", Fill::normal);
   bench_case(128, 128 << 10, 2048, none, "target <= 40 us; sglang 97.5 us", Fill::normal);
   bench_case(128, 128 << 10, 2048, none, "A/B", Fill::normal, P::global);
+  bench_case(128, 128 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_no_prefetch);
   bench_case(32, 256 << 10, 2048, none, "", Fill::normal);
   bench_case(4096, 8 << 10, 2048, none, "prefill rows", Fill::normal);
   bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", Fill::normal);

@@ -10,6 +10,8 @@
 //   topk_radix_global.cuh   radix select streaming the row from L2/HBM on every pass (up to 5 reads).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "cuda/cuda_ops.h"
 #include "cuda/common/host_util.cuh"
 #include "cuda/sm80/topk/topk_path.h"
@@ -81,6 +83,11 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   cudaStream_t s = to_cuda(stream);
   // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM.
   const bool wide = p.width > 8192;
+  // L2 prefetch per row (sampled kernel): ~40 MB over the rows resident at once, at most 1 MB each, so
+  // the prefetched lines are still in the 60 MB L2 when the filter reaches them.
+  const int64_t resident = std::min<int64_t>(rows, int64_t(current_device_caps().num_sms) * (wide ? 1 : 4));
+  p.prefetch_bytes = std::min<int64_t>((int64_t(40) << 20) / std::max<int64_t>(resident, 1), int64_t(1) << 20);
+  if (g_topk_path == TopkPath::sampled_no_prefetch) p.prefetch_bytes = 0;
   bool launched = false;
   if (g_topk_path != TopkPath::global)
     launched = wide ? launch_sampled<1024, 4>(p, unsigned(rows), s) : launch_sampled<256, 4>(p, unsigned(rows), s);

@@ -33,6 +33,7 @@ struct TopkParams {
   int64_t num_requests;
   const int32_t* offsets;  // ragged: [rows]
   int64_t offset_stride;
+  int64_t prefetch_bytes;  // sampled kernel: bytes of each row prefetched into L2 at its start
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,

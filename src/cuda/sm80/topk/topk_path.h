@@ -7,6 +7,7 @@ enum class TopkPath : int {
   automatic = 0,  // sampled when the device has the shared memory, else global
   global = 1,     // topk_radix_global.cuh: up to 5 reads of the row from L2/HBM
   sampled = 2,    // topk_sampled.cuh: one read, candidates in shared memory (falls back to global itself)
+  sampled_no_prefetch = 3,  // sampled, without the L2 prefetch of the row at the kernel's start
 };
 void set_topk_path(TopkPath path);  // process-wide; not thread safe against concurrent launches
 TopkPath topk_path();

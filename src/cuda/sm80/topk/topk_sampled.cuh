@@ -35,18 +35,17 @@ constexpr int kExactMax = 4096;  // rows up to this length are loaded whole
 template <int kThreads>
 struct SampledSmem {
   static constexpr int kWarps = kThreads / 32;
-  uint32_t key[kWarps * kSegCap];
+  uint32_t bits[kWarps * kSegCap];  // the candidates' raw float bits (the key is derived when read)
   uint32_t pos[kWarps * kSegCap];
   alignas(16) uint32_t hist[kBins];  // 16-byte aligned: find_bin reads uint4
   uint32_t warp[2][kWarps];
-  uint32_t cnt[kWarps];  // candidates in each warp's segment
+  uint32_t cnt[kWarps];  // values each warp pushed (more than kSegCap: its segment overflowed)
   BinPick pick;
-  uint32_t overflow;
 };
 
 // The composite rank of a candidate: larger ranks first; distinct for distinct positions.
-__device__ __forceinline__ uint64_t composite(uint32_t key, uint32_t pos) {
-  return (uint64_t(key) << 32) | uint64_t(0x7fffffffu - pos);
+__device__ __forceinline__ uint64_t composite(uint32_t bits, uint32_t pos) {
+  return (uint64_t(topk_key(__uint_as_float(bits))) << 32) | uint64_t(0x7fffffffu - pos);
 }
 
 // One histogram pass over the candidates of every warp's segment: the digit (c >> shift) & mask of the
@@ -58,15 +57,15 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, bool key_on
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int b = tid; b < kBins; b += kThreads) S.hist[b] = 0;
   __syncthreads();
-  const uint32_t n = S.cnt[warp];
-  const uint32_t* key = S.key + warp * kSegCap;
+  const uint32_t n = S.cnt[warp];  // <= kSegCap here
+  const uint32_t* bits = S.bits + warp * kSegCap;
   const uint32_t* pos = S.pos + warp * kSegCap;
   for (uint32_t base = 0; base < n; base += 32) {  // warp-uniform trip count
     const uint32_t i = base + lane;
     bool take = i < n;
     uint32_t d = 0;
     if (take) {
-      const uint64_t c = key_only ? uint64_t(key[i]) << 32 : composite(key[i], pos[i]);
+      const uint64_t c = composite(bits[i], key_only ? 0x7fffffffu : pos[i]);
       take = prev_shift == 64 || (c >> prev_shift) == prefix;
       d = uint32_t(c >> shift) & mask;
     }
@@ -94,6 +93,15 @@ __device__ __forceinline__ CompositeDigit composite_digit(int pass) {
   }
 }
 
+// The float f with key(x) >= t <=> x >= f for every non-NaN x (t > 0): -inf up to key(-inf); a NaN
+// (nothing passes) above key(+inf). -0 for t = 0x7fffffff, which no float has (-0 maps to +0's key).
+__device__ __forceinline__ float key_threshold_float(uint32_t t) {
+  if (t <= 0x007fffffu) return __uint_as_float(0xff800000u);
+  return __uint_as_float(t >= 0x80000000u ? t ^ 0x80000000u : ~t);
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 template <int kThreads, int kUnroll>
 __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sampled_kernel(TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
@@ -109,17 +117,23 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
     emit_identity<kThreads>(p, row, rv);
     return;
   }
-  if (tid == 0) S.overflow = 0;
+  const float* s = rv.s;
+
+  // The first p.prefetch_bytes of the row go to L2 now, at the chip's bandwidth rather than this SM's
+  // loads in flight; the sample and its select run meanwhile, and the filter then mostly hits L2.
+  {
+    const int64_t n_pf = (p.prefetch_bytes / 4 < len ? p.prefetch_bytes / 4 : len);  // values
+    for (int64_t j = int64_t(tid) * 32; j < n_pf; j += int64_t(kThreads) * 32) prefetch_l2(s + j);  // a line each
+  }
 
   // The row as 16-byte quads: [0, head) scalar, [head, head + 4 nq) quads, [tail, len) scalar.
-  const float* s = rv.s;
-  int64_t head = int64_t(((16u - (uint32_t(reinterpret_cast<uintptr_t>(s)) & 15u)) & 15u) >> 2);
-  if (head > len) head = len;
-  const int64_t nq = (len - head) >> 2;
-  const int64_t tail = head + 4 * nq;
+  int32_t head = int32_t(((16u - (uint32_t(reinterpret_cast<uintptr_t>(s)) & 15u)) & 15u) >> 2);
+  if (head > len) head = int32_t(len);
+  const int32_t nq = int32_t((len - head) >> 2);
+  const int32_t tail = head + 4 * nq;
   const float4* q4 = reinterpret_cast<const float4*>(s + head);
 
-  // ---- 1. the threshold key t (0: every value is a candidate)
+  // ---- 1. the threshold key t (0: every value is a candidate, NaN included)
   uint32_t t = 0;
   if (len > kExactMax) {  // here nq >= 1023: the chunks lie inside the quads, barely overlapping at worst
     constexpr int kChunksPerWarp = kSampleChunks / kWarps;
@@ -128,16 +142,16 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
 #pragma unroll
     for (int c = 0; c < kChunksPerWarp; ++c) {
       const int chunk = warp + c * kWarps;
-      const int64_t q0 = int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1);
+      const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
       v[c] = __ldg(q4 + q0 + lane);
     }
-    uint32_t* key = S.key + warp * kSegCap;
+    uint32_t* sb = S.bits + warp * kSegCap;
 #pragma unroll
     for (int c = 0; c < kChunksPerWarp; ++c) {
-      key[c * 128 + 0 * 32 + lane] = topk_key(v[c].x);
-      key[c * 128 + 1 * 32 + lane] = topk_key(v[c].y);
-      key[c * 128 + 2 * 32 + lane] = topk_key(v[c].z);
-      key[c * 128 + 3 * 32 + lane] = topk_key(v[c].w);
+      sb[c * 128 + 0 * 32 + lane] = __float_as_uint(v[c].x);
+      sb[c * 128 + 1 * 32 + lane] = __float_as_uint(v[c].y);
+      sb[c * 128 + 2 * 32 + lane] = __float_as_uint(v[c].z);
+      sb[c * 128 + 3 * 32 + lane] = __float_as_uint(v[c].w);
     }
     if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
     __syncthreads();
@@ -161,60 +175,61 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
       t = uint32_t((prefix << prev_shift) >> 32);
     }
     // Everything read from the sample was read before find_bin's last barrier: the segments are free.
-  } else {
-    __syncthreads();  // S.overflow
   }
 
-  // ---- 2. filter: values with key >= t into the warp's segment.
+  // ---- 2. filter: values with key >= t (x >= tf as floats) into the warp's segment.
+  const bool take_all = t == 0;
+  const float tf = key_threshold_float(t);
   uint32_t cnt = 0;  // warp-uniform
-  uint32_t* seg_key = S.key + warp * kSegCap;
+  uint32_t* seg_bits = S.bits + warp * kSegCap;
   uint32_t* seg_pos = S.pos + warp * kSegCap;
-  auto push = [&](bool cand, uint32_t key, uint32_t pos) {
+  auto push = [&](bool cand, float x, uint32_t pos) {
     const unsigned m = __ballot_sync(ptx::kFullMask, cand);
     if (cand) {
       const uint32_t i = cnt + uint32_t(__popc(m & lanes_below));
       if (i < uint32_t(kSegCap)) {
-        seg_key[i] = key;
+        seg_bits[i] = __float_as_uint(x);
         seg_pos[i] = pos;
       }
     }
     cnt += uint32_t(__popc(m));
   };
   if (warp == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
-    int64_t j = -1;
+    int32_t j = -1;
     if (lane < head) j = lane;
     else if (lane >= 8 && tail + (lane - 8) < len) j = tail + (lane - 8);
-    const uint32_t key = j >= 0 ? topk_key(__ldg(s + j)) : 0u;
-    push(j >= 0 && key >= t, key, uint32_t(j));
+    const float x = j >= 0 ? __ldg(s + j) : 0.f;
+    push(j >= 0 && (take_all || x >= tf), x, uint32_t(j));
   }
-  const int64_t steps = (nq + 31) >> 5;  // 32 quads per step
-  for (int64_t s0 = warp; s0 < steps; s0 += int64_t(kWarps) * kUnroll) {
+  const int32_t steps = (nq + 31) >> 5;  // 32 quads per step
+  for (int32_t s0 = warp; s0 < steps; s0 += kWarps * kUnroll) {
     float4 v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t q = (s0 + int64_t(u) * kWarps) * 32 + lane;
+      const int32_t q = (s0 + u * kWarps) * 32 + lane;
       v[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t q = (s0 + int64_t(u) * kWarps) * 32 + lane;
+      const int32_t q = (s0 + u * kWarps) * 32 + lane;
       const bool valid = q < nq;
       const uint32_t pos = uint32_t(head + 4 * q);
-      const uint32_t k0 = topk_key(v[u].x), k1 = topk_key(v[u].y), k2 = topk_key(v[u].z), k3 = topk_key(v[u].w);
-      push(valid && k0 >= t, k0, pos);
-      push(valid && k1 >= t, k1, pos + 1);
-      push(valid && k2 >= t, k2, pos + 2);
-      push(valid && k3 >= t, k3, pos + 3);
+      push(valid && (take_all || v[u].x >= tf), v[u].x, pos);
+      push(valid && (take_all || v[u].y >= tf), v[u].y, pos + 1);
+      push(valid && (take_all || v[u].z >= tf), v[u].z, pos + 2);
+      push(valid && (take_all || v[u].w >= tf), v[u].w, pos + 3);
     }
   }
-  if (lane == 0) {
-    S.cnt[warp] = cnt < uint32_t(kSegCap) ? cnt : uint32_t(kSegCap);
-    if (cnt > uint32_t(kSegCap)) S.overflow = 1;
-  }
+  if (lane == 0) S.cnt[warp] = cnt;
   __syncthreads();
   uint32_t total = 0;
-  for (int w = 0; w < kWarps; ++w) total += S.cnt[w];
-  if (S.overflow != 0 || total < uint32_t(k)) {  // block-uniform: the exact multi-pass path
+  bool overflow = false;
+  for (int w = 0; w < kWarps; ++w) {
+    const uint32_t c = S.cnt[w];
+    total += c;
+    overflow |= c > uint32_t(kSegCap);
+  }
+  if (overflow || total < uint32_t(k)) {  // block-uniform: the exact multi-pass path
     radix_select_global<kThreads>(p, row, rv, S.hist, S.warp, &S.pick);
     return;
   }
@@ -239,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
   uint32_t n_sel = 0;
   for (uint32_t base = 0; base < n; base += 32) {
     const uint32_t i = base + lane;
-    const bool sel = i < n && (composite(seg_key[i], seg_pos[i]) >> prev_shift) >= prefix;
+    const bool sel = i < n && (composite(seg_bits[i], seg_pos[i]) >> prev_shift) >= prefix;
     n_sel += uint32_t(__popc(__ballot_sync(ptx::kFullMask, sel)));
   }
   if (lane == 0) S.warp[1][warp] = n_sel;
@@ -248,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
   for (int w = 0; w < warp; ++w) slot0 += S.warp[1][w];
   for (uint32_t base = 0; base < n; base += 32) {
     const uint32_t i = base + lane;
-    const bool sel = i < n && (composite(seg_key[i], seg_pos[i]) >> prev_shift) >= prefix;
+    const bool sel = i < n && (composite(seg_bits[i], seg_pos[i]) >> prev_shift) >= prefix;
     const unsigned m = __ballot_sync(ptx::kFullMask, sel);
     if (sel) {
       const uint32_t slot = slot0 + uint32_t(__popc(m & lanes_below));
