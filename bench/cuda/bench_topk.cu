@@ -35,18 +35,21 @@ const char* path_name(cuda::TopkPath path) {
   switch (path) {
     case cuda::TopkPath::global: return " [global]";
     case cuda::TopkPath::sampled: return " [sampled]";
-    case cuda::TopkPath::sampled_no_prefetch: return " [no prefetch]";
+    case cuda::TopkPath::sampled_prefetch: return " [prefetch]";
+    case cuda::TopkPath::sampled_match_any: return " [match_any]";
     default: return "";
   }
 }
 
 void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer, Fill fill = Fill::uniform,
-                cuda::TopkPath path = cuda::TopkPath::automatic) {
+                cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0) {
   const std::string name = "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " +
                            std::to_string(rows) + " rows" + (transform == TopkTransform::decode ? " +decode" : "") +
-                           (fill == Fill::normal ? " normal" : fill == Fill::ties16 ? " ties16" : "") + path_name(path);
+                           (fill == Fill::normal ? " normal" : fill == Fill::ties16 ? " ties16" : "") + path_name(path) +
+                           (stop ? " [phase " + std::to_string(stop) + "]" : std::string());
   if (!selected(name)) return;
   cuda::set_topk_path(path);
+  cuda::set_topk_debug_stop(stop);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -76,6 +79,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   }, 3, 30);
   report(name, us, 0, double(set_bytes), peer);
   cuda::set_topk_path(cuda::TopkPath::automatic);
+  cuda::set_topk_debug_stop(0);
 }
 
 }  // namespace
@@ -90,7 +94,7 @@ int main(int argc, char** argv) {
   bench_case(128, 64 << 10, 2048, none, "repeat (spread)");
   bench_case(128, 64 << 10, 2048, none, "sglang 43.6 us", Fill::normal);
   bench_case(128, 64 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(128, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_no_prefetch);
+  bench_case(128, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_prefetch);
   bench_case(128, 64 << 10, 2048, TopkTransform::decode, "fused slot transform; sglang 46.2 us");
   bench_case(128, 64 << 10, 2048, none, "adversarial; sglang wrong on every row", Fill::ties16);
   bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::global);
@@ -98,15 +102,28 @@ int main(int argc, char** argv) {
   bench_case(128, 16 << 10, 2048, none, "A/B", Fill::normal, P::global);
   bench_case(1, 64 << 10, 2048, none, "target <= 15 us; sglang 36.7 us", Fill::normal);
   bench_case(1, 64 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(1, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_no_prefetch);
+  bench_case(1, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_prefetch);
   bench_case(1, 16 << 10, 2048, none, "sglang 15.3 us", Fill::normal);
   bench_case(1, 4 << 10, 2048, none, "sglang 7.8 us", Fill::normal);
   bench_case(1, 128 << 10, 2048, none, "", Fill::normal);
   bench_case(128, 128 << 10, 2048, none, "target <= 40 us; sglang 97.5 us", Fill::normal);
   bench_case(128, 128 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(128, 128 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_no_prefetch);
+  bench_case(128, 128 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_prefetch);
   bench_case(32, 256 << 10, 2048, none, "", Fill::normal);
   bench_case(4096, 8 << 10, 2048, none, "prefill rows", Fill::normal);
+  // Phases of the sampled kernel (cumulative time up to the end of phase n; 1 = launch + row set-up):
+  // 2 sample loaded, 3 threshold found, 4 row filtered into shared memory, 5 candidates selected.
+  for (int stop = 1; stop <= 5; ++stop) {
+    bench_case(1, 4 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
+    bench_case(1, 64 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
+    bench_case(128, 64 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
+    bench_case(8192, 4 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
+  }
+  bench_case(1, 4 << 10, 2048, none, "A/B", Fill::normal, P::global);
+  bench_case(1, 4 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
+  bench_case(1, 64 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
+  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
+  bench_case(8192, 4 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
   bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", Fill::normal);
   bench_case(8192, 4 << 10, 2048, none, "A/B", Fill::normal, P::global);
   return 0;

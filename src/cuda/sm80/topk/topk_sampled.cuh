@@ -53,7 +53,7 @@ __device__ __forceinline__ uint64_t composite(uint32_t bits, uint32_t pos) {
 // `key_only`: the composite's position half is ignored (the sample). Ends with a barrier.
 template <int kThreads>
 __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, bool key_only, int prev_shift, uint64_t prefix,
-                                           int shift, uint32_t mask) {
+                                           int shift, uint32_t mask, int hist_mode) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int b = tid; b < kBins; b += kThreads) S.hist[b] = 0;
   __syncthreads();
@@ -70,9 +70,20 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, bool key_on
       d = uint32_t(c >> shift) & mask;
     }
     const unsigned voters = __ballot_sync(ptx::kFullMask, take);
-    if (take) {  // one atomic per distinct bin of the warp: candidates crowd few bins
-      const unsigned peers = __match_any_sync(voters, d);
-      if (__ffs(peers) - 1 == lane) atomicAdd(&S.hist[d], uint32_t(__popc(peers)));
+    if (voters == 0) continue;
+    if (hist_mode == 1) {  // one atomic per distinct bin of the warp
+      if (take) {
+        const unsigned peers = __match_any_sync(voters, d);
+        if (__ffs(peers) - 1 == lane) atomicAdd(&S.hist[d], uint32_t(__popc(peers)));
+      }
+    } else {  // one atomic if every voter has the leader's bin, else one per lane
+      const int leader = __ffs(voters) - 1;
+      const uint32_t leader_d = __shfl_sync(ptx::kFullMask, d, leader);
+      if (__all_sync(ptx::kFullMask, !take || d == leader_d)) {
+        if (lane == leader) atomicAdd(&S.hist[leader_d], uint32_t(__popc(voters)));
+      } else if (take) {
+        atomicAdd(&S.hist[d], 1u);
+      }
     }
   }
   __syncthreads();
@@ -118,6 +129,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
     return;
   }
   const float* s = rv.s;
+  if (p.debug_stop == 1) return;
 
   // The first p.prefetch_bytes of the row go to L2 now, at the chip's bandwidth rather than this SM's
   // loads in flight; the sample and its select run meanwhile, and the filter then mostly hits L2.
@@ -155,6 +167,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
     }
     if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
     __syncthreads();
+    if (p.debug_stop == 2) return;
     const float ks = float(k) * float(kSampleSize) / float(4 * nq);
     const float rf = ks + 5.f * sqrtf(ks) + 16.f;
     if (rf < float(kSampleSize)) {
@@ -164,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
       int prev_shift = 64;
       for (int pass = 0; pass < 3; ++pass) {
         const CompositeDigit dg = composite_digit(pass);
-        candidate_histogram<kThreads>(S, true, prev_shift, prefix, dg.shift, (1u << dg.width) - 1u);
+        candidate_histogram<kThreads>(S, true, prev_shift, prefix, dg.shift, (1u << dg.width) - 1u, p.hist_mode);
         const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
         need -= pick.above;
         prefix = prev_shift == 64 ? uint64_t(pick.digit) : (prefix << (prev_shift - dg.shift)) | pick.digit;
@@ -176,6 +189,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
     }
     // Everything read from the sample was read before find_bin's last barrier: the segments are free.
   }
+  if (p.debug_stop == 3) return;
 
   // ---- 2. filter: values with key >= t (x >= tf as floats) into the warp's segment.
   const bool take_all = t == 0;
@@ -229,6 +243,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
     total += c;
     overflow |= c > uint32_t(kSegCap);
   }
+  if (p.debug_stop == 4) return;
   if (overflow || total < uint32_t(k)) {  // block-uniform: the exact multi-pass path
     radix_select_global<kThreads>(p, row, rv, S.hist, S.warp, &S.pick);
     return;
@@ -240,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
   int prev_shift = 64;
   for (int pass = 0; pass < 6; ++pass) {
     const CompositeDigit dg = composite_digit(pass);
-    candidate_histogram<kThreads>(S, false, prev_shift, prefix, dg.shift, (1u << dg.width) - 1u);
+    candidate_histogram<kThreads>(S, false, prev_shift, prefix, dg.shift, (1u << dg.width) - 1u, p.hist_mode);
     const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
     need -= pick.above;
     prefix = prev_shift == 64 ? uint64_t(pick.digit) : (prefix << (prev_shift - dg.shift)) | pick.digit;
@@ -248,6 +263,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
     if (pick.count == need) break;  // always by the last pass: composites are distinct
   }
   // Selected: composite >> prev_shift >= prefix (exactly k candidates).
+  if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order
   const uint32_t n = S.cnt[warp];
