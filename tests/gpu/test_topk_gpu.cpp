@@ -395,3 +395,31 @@ TEST(TopkGpu, PrefillShape2048Of4096) {
   for (int64_t r = 0; r < p.rows; ++r) p.lengths.ptr<int32_t>()[r] = r % 2 ? len(g) : 4096;
   check_gpu(p);
 }
+
+// Rows of at most 4096 values (loaded whole, the holes of a partial last step padded with sentinels that
+// must never be selected) whose k-th value is NaN, -inf or a tie, at every alignment.
+TEST(TopkGpu, WholeRowRegimeNaNAndTiesAtTheThreshold) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {4099, 20000})  // the 256-thread and the 1024-thread kernels
+    for (int64_t k : {1000, 2048}) {
+      SCOPED_TRACE("width " + std::to_string(width) + " topk " + std::to_string(k));
+      TopkProblem p(16, width, k);
+      fill_normal(p.row(0), p.rows * p.width, g);
+      p.use_starts = true;
+      std::uniform_int_distribution<int> pick(0, 9);
+      for (int64_t r = 0; r < p.rows; ++r) {
+        p.starts.ptr<int32_t>()[r] = int32_t(r % 4);
+        p.lengths.ptr<int32_t>()[r] = int32_t(std::min<int64_t>(r < 8 ? 4095 - 97 * r : 2049 + 211 * r, width - r % 4));
+        float* x = p.row(r);
+        for (int64_t j = 0; j < width; ++j) {
+          const int c = pick(g);
+          if (r % 3 == 0 && c < 7) x[j] = std::nanf("");    // k-th is NaN: ties by position among NaNs
+          else if (r % 3 == 1 && c < 6) x[j] = -kInf;     // k-th is -inf
+          else if (r % 3 == 2 && c < 8) x[j] = 0.5f;      // k-th is a tie at 0.5
+        }
+      }
+      check_gpu(p);
+      if (HasFatalFailure()) return;
+    }
+}
