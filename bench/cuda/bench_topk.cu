@@ -36,6 +36,7 @@ const char* path_name(cuda::TopkPath path) {
     case cuda::TopkPath::global: return " [global]";
     case cuda::TopkPath::sampled: return " [sampled]";
     case cuda::TopkPath::sampled_prefetch: return " [prefetch]";
+    case cuda::TopkPath::sampled_match_any: return " [match_any]";
     default: return "";
   }
 }
@@ -119,6 +120,10 @@ int main(int argc, char** argv) {
     bench_case(8192, 4 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
   }
   bench_case(1, 4 << 10, 2048, none, "A/B", Fill::normal, P::global);
+  bench_case(1, 4 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
+  bench_case(1, 64 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
+  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
+  bench_case(8192, 4 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
   bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", Fill::normal);
   bench_case(8192, 4 << 10, 2048, none, "A/B", Fill::normal, P::global);
   return 0;

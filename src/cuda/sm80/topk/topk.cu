@@ -91,6 +91,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
     const int64_t resident = std::min<int64_t>(rows, int64_t(current_device_caps().num_sms) * (wide ? 1 : 4));
     p.prefetch_bytes = std::min<int64_t>((int64_t(40) << 20) / std::max<int64_t>(resident, 1), int64_t(1) << 20);
   }
+  p.hist_mode = g_topk_path == TopkPath::sampled_match_any ? 1 : 0;
   p.debug_stop = g_debug_stop;
   bool launched = false;
   if (g_topk_path != TopkPath::global)

@@ -34,6 +34,7 @@ struct TopkParams {
   const int32_t* offsets;  // ragged: [rows]
   int64_t offset_stride;
   int64_t prefetch_bytes;  // sampled kernel: bytes of each row prefetched into L2 at its start
+  int hist_mode;           // sampled kernel's candidate histograms: 0 atomics (one per warp if all lanes agree), 1 match_any
   int debug_stop;          // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
 };
 
@@ -133,9 +134,8 @@ __device__ inline BinPick find_bin(const uint32_t* hist, uint32_t need, uint32_t
   }
   if (lane == 0) s_warp[warp] = incl;
   __syncthreads();
-  static_assert(kWarps <= 32, "one lane per warp");
-  // bins owned by higher threads: this warp's higher lanes, then the higher warps (one lane each)
-  uint32_t above = incl - mine + __reduce_add_sync(ptx::kFullMask, lane > warp && lane < kWarps ? s_warp[lane] : 0u);
+  uint32_t above = incl - mine;  // bins owned by higher threads
+  for (int w = warp + 1; w < kWarps; ++w) above += s_warp[w];
   if (above < need && above + mine >= need) {  // exactly one thread
     for (int i = kPer - 1; i >= 0; --i) {
       const uint32_t c = hist[tid * kPer + i];
