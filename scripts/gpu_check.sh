@@ -13,6 +13,7 @@
 #   BENCH_FILTER  only the cases whose name contains this (e.g. BENCHES=attention BENCH_FILTER=mla)
 #   SANITIZER   1 (default) | 0
 #   GTEST_FILTER  restricts the main GPU test run (default: all)
+#   MEMCHECK_FILTER, RACECHECK_FILTER  replace the sanitizer runs' test filters (default: the lists below)
 #   ATTNSERVE_COMMIT  commit id for the log header when this is not a git checkout
 #   SUITE_TIMEOUT, SAN_TIMEOUT, BENCH_TIMEOUT  seconds per test suite / sanitizer run / bench (120, 150, 240)
 set -uo pipefail
@@ -106,11 +107,13 @@ fi
 # ---- compute-sanitizer on a reduced suite ----------------------------------------------------------
 san_runs=0; san_fail=0
 if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null; then
-  MEMCHECK_FILTER='GpuKvStore.*:GpuMerge.*:GpuAttention.EdgeCases:GpuAttention.DecodeHeadDims64And256:GpuAttention.Fp8KvWithDescale:GpuAttention.ForcedSplitCounts:GpuMla.EdgeCases:GpuMla.ForcedSplitsAndDeterministic'
-  MEMCHECK_FILTER+=':WgmmaSm90.*:GpuAttentionSm90.EdgeCases:GpuAttentionSm90.F16AndHeadDim64'
-  MEMCHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.TransformPrefillFindsTheRequest:TopkGpu.DeviceLengthsAreClampedToTheRow:IndexerPagedGpuEdge.ZeroLenKvAndShortRequests:IndexerPagedGpuEdge.PageIdsOutsideThePoolAreSkipped:IndexerRaggedGpu.CausalPrefillWindows:QuantizeFp8Gpu.*:SparseMlaGpuEdges.*:SparseMlaGpuSplits.AllIndicesInvalidInAChunk:GpuGatherIndexK.*'
-  RACECHECK_FILTER='GpuAttention.EdgeCases:GpuAttention.PipelineDepths:GpuMla.EdgeCases:GpuKvStore.IndexerKeys'
-  RACECHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.RowStarts:SparseMlaGpu.TopkNotMultipleOfTheTile:SparseMlaGpuEdges.TopkLenZeroAndPartial:SparseMlaGpuSplits.RingDepthDoesNotChangeBits'
+  DEFAULT_MEMCHECK_FILTER='GpuKvStore.*:GpuMerge.*:GpuAttention.EdgeCases:GpuAttention.DecodeHeadDims64And256:GpuAttention.Fp8KvWithDescale:GpuAttention.ForcedSplitCounts:GpuMla.EdgeCases:GpuMla.ForcedSplitsAndDeterministic'
+  DEFAULT_MEMCHECK_FILTER+=':WgmmaSm90.*:GpuAttentionSm90.EdgeCases:GpuAttentionSm90.F16AndHeadDim64'
+  DEFAULT_MEMCHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.TransformPrefillFindsTheRequest:TopkGpu.DeviceLengthsAreClampedToTheRow:TopkGpu.SampledRegimeBoundariesAndAlignment:TopkGpu.SampledPathAdversarialRows:IndexerPagedGpuEdge.ZeroLenKvAndShortRequests:IndexerPagedGpuEdge.PageIdsOutsideThePoolAreSkipped:IndexerRaggedGpu.CausalPrefillWindows:QuantizeFp8Gpu.*:SparseMlaGpuEdges.*:SparseMlaGpuSplits.AllIndicesInvalidInAChunk:GpuGatherIndexK.*'
+  DEFAULT_RACECHECK_FILTER='GpuAttention.EdgeCases:GpuAttention.PipelineDepths:GpuMla.EdgeCases:GpuKvStore.IndexerKeys'
+  DEFAULT_RACECHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.RowStarts:TopkGpu.SampledRegimeBoundariesAndAlignment:SparseMlaGpu.TopkNotMultipleOfTheTile:SparseMlaGpuEdges.TopkLenZeroAndPartial:SparseMlaGpuSplits.RingDepthDoesNotChangeBits'
+  MEMCHECK_FILTER=${MEMCHECK_FILTER:-$DEFAULT_MEMCHECK_FILTER}
+  RACECHECK_FILTER=${RACECHECK_FILTER:-$DEFAULT_RACECHECK_FILTER}
   for tool in memcheck racecheck; do
     filter=$MEMCHECK_FILTER; [ $tool = racecheck ] && filter=$RACECHECK_FILTER
     t0=$(date +%s)

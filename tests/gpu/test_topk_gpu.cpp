@@ -2,7 +2,9 @@
 // lists): random scores and any topk, heavy ties, all-equal rows, -0 / -inf / NaN, row starts, rows of
 // 64K / 128K / 256K with more than 16K candidates in the threshold bin, the fused transforms, the
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
-// give identical bits.
+// give identical bits. The default (sampled) kernel is checked on the rows that defeat its sample
+// (its exact fallback), on misaligned rows around its 4096-value regime boundary and on ties it breaks
+// by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -12,6 +14,7 @@
 
 #include "attnserve/ops/topk.h"
 #include "cpu/test_topk_util.h"
+#include "cuda/sm80/topk/topk_path.h"
 #include "test_sparse_gpu_util.h"
 
 using namespace attnserve;
@@ -278,4 +281,145 @@ TEST(TopkGpu, ZeroRows) {
   DSA_REQUIRE_GPU();
   TopkProblem p(0, 100, 16);
   EXPECT_NO_THROW(run_gpu_twice(p.args()));
+}
+
+namespace {
+
+// Forces a top-k kernel for one scope (the launcher's process-wide switch).
+struct ForcePath {
+  explicit ForcePath(cuda::TopkPath p) { cuda::set_topk_path(p); }
+  ~ForcePath() { cuda::set_topk_path(cuda::TopkPath::automatic); }
+};
+
+}  // namespace
+
+// The multi-pass kernel alone (the sampled kernel's fallback, also a path of its own).
+TEST(TopkGpu, GlobalPathAlone) {
+  DSA_REQUIRE_GPU();
+  ForcePath force(cuda::TopkPath::global);
+  auto g = rng_for_test();
+  for (int64_t width : {6000, 70000}) {
+    SCOPED_TRACE("width " + std::to_string(width));
+    TopkProblem p(8, width, 2048);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    std::uniform_int_distribution<int> level(0, 4);
+    for (int64_t j = 0; j < width; ++j) p.row(1)[j] = float(level(g));
+    for (int64_t j = 0; j < width; ++j) p.row(2)[j] = 1.f;
+    p.lengths.ptr<int32_t>()[3] = int32_t(width / 3);
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Lengths around the sampled kernel's regimes (whole row <= 4096 < sampled), with row starts 0..3 so the
+// scalar head / tail around the 16-byte quads take every size, for both block sizes.
+TEST(TopkGpu, SampledRegimeBoundariesAndAlignment) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {8192, 20000})  // the 256-thread and the 1024-thread kernels
+    for (int64_t k : {1, 2048}) {
+      SCOPED_TRACE("width " + std::to_string(width) + " topk " + std::to_string(k));
+      const int32_t lens[] = {4093, 4094, 4095, 4096, 4097, 4098, 4099, 4100, 4101, 4103, 5000, 8188};
+      const int64_t n = int64_t(sizeof(lens) / sizeof(lens[0]));
+      TopkProblem p(4 * n, width, k);
+      fill_normal(p.row(0), p.rows * p.width, g);
+      p.use_starts = true;
+      for (int64_t r = 0; r < p.rows; ++r) {
+        p.starts.ptr<int32_t>()[r] = int32_t(r % 4);
+        p.lengths.ptr<int32_t>()[r] = lens[r / 4];
+      }
+      check_gpu(p);
+      if (HasFatalFailure()) return;
+    }
+}
+
+// Rows built against the sample (32 chunks of 128 values at quads c * (nq - 32) / 31, rows 16-byte
+// aligned here): (0) the sample is all high, so its threshold leaves fewer than k candidates; (1) the
+// top values sit in one warp's 128-value steps (every 32nd step), more than a warp's segment holds;
+// (2) ~1000 values exactly equal near the k-th, broken by position in shared memory; (3) two levels,
+// the lower one tied across the threshold; (4) -inf everywhere but a few; (5) random. All exact.
+TEST(TopkGpu, SampledPathAdversarialRows) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {int64_t(64) << 10, int64_t(160) << 10}) {
+    SCOPED_TRACE("width " + std::to_string(width));
+    TopkProblem p(6, width, 2048);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    const int64_t nq = width / 4;
+    for (int c = 0; c < 32; ++c) {
+      const int64_t q0 = int64_t(c) * (nq - 32) / 31;
+      for (int64_t j = 4 * q0; j < 4 * q0 + 128; ++j) p.row(0)[j] += 10.f;
+    }
+    for (int64_t j = 0; j < width; ++j)
+      if ((j / 128) % 32 == 5) p.row(1)[j] += 10.f;
+    std::uniform_int_distribution<int64_t> pos(0, width - 1);
+    for (int i = 0; i < 1000; ++i) p.row(2)[pos(g)] = width > 100000 ? 2.3f : 1.9f;
+    for (int64_t j = 0; j < width; ++j) p.row(3)[j] = (j % 11 == 0) ? 1.f : (j % 17 == 0 ? 2.f : -1.f);
+    for (int64_t j = 0; j < width; ++j) p.row(4)[j] = -kInf;
+    for (int i = 0; i < 300; ++i) p.row(4)[pos(g)] = float(i % 7);
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The fused transforms on long rows (the 1024-thread sampled kernel).
+TEST(TopkGpu, TransformsOnLongRows) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  const int64_t width = int64_t(64) << 10;
+  TopkProblem p(5, width, 2048);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  std::uniform_int_distribution<int32_t> len(3000, int32_t(width));
+  for (int64_t r = 1; r < p.rows; ++r) p.lengths.ptr<int32_t>()[r] = len(g);
+  HostTensor table = random_slot_table(p.rows, width, g);
+  {
+    auto a = p.args();
+    a.transform = TopkTransform::decode, a.page_table_1 = table.view;
+    check_gpu(p, a, [&](int64_t row, int64_t j) { return table.ptr<int32_t>()[row * width + j]; });
+    if (HasFatalFailure()) return;
+  }
+  HostTensor offsets(DType::i32, {p.rows});
+  for (int64_t r = 0; r < p.rows; ++r) offsets.ptr<int32_t>()[r] = int32_t(r * 100000 - 7);
+  auto a = p.args();
+  a.transform = TopkTransform::ragged, a.offsets = offsets.view;
+  check_gpu(p, a, [&](int64_t row, int64_t j) { return int32_t(j + offsets.ptr<int32_t>()[row]); });
+}
+
+// The prefill shape of issue 16 (4096-value rows, k 2048: half of each row selected), checked.
+TEST(TopkGpu, PrefillShape2048Of4096) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  TopkProblem p(512, 4096, 2048);
+  fill_normal(p.row(0), p.rows * p.width, g);
+  std::uniform_int_distribution<int32_t> len(1, 4096);
+  for (int64_t r = 0; r < p.rows; ++r) p.lengths.ptr<int32_t>()[r] = r % 2 ? len(g) : 4096;
+  check_gpu(p);
+}
+
+// Rows of at most 4096 values (loaded whole, the holes of a partial last step padded with sentinels that
+// must never be selected) whose k-th value is NaN, -inf or a tie, at every alignment.
+TEST(TopkGpu, WholeRowRegimeNaNAndTiesAtTheThreshold) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {4099, 20000})  // the 256-thread and the 1024-thread kernels
+    for (int64_t k : {1000, 2048}) {
+      SCOPED_TRACE("width " + std::to_string(width) + " topk " + std::to_string(k));
+      TopkProblem p(16, width, k);
+      fill_normal(p.row(0), p.rows * p.width, g);
+      p.use_starts = true;
+      std::uniform_int_distribution<int> pick(0, 9);
+      for (int64_t r = 0; r < p.rows; ++r) {
+        p.starts.ptr<int32_t>()[r] = int32_t(r % 4);
+        p.lengths.ptr<int32_t>()[r] = int32_t(std::min<int64_t>(r < 8 ? 4095 - 97 * r : 2049 + 211 * r, width - r % 4));
+        float* x = p.row(r);
+        for (int64_t j = 0; j < width; ++j) {
+          const int c = pick(g);
+          if (r % 3 == 0 && c < 7) x[j] = std::nanf("");    // k-th is NaN: ties by position among NaNs
+          else if (r % 3 == 1 && c < 6) x[j] = -kInf;     // k-th is -inf
+          else if (r % 3 == 2 && c < 8) x[j] = 0.5f;      // k-th is a tie at 0.5
+        }
+      }
+      check_gpu(p);
+      if (HasFatalFailure()) return;
+    }
 }
