@@ -30,6 +30,8 @@ struct Consumer {
   float s_log2, s_cap_in, s_cap_out;
   float o[Tr::kOAcc];
   float m0, m1, l0, l1;
+  bool rescale;                    // some row of this warp moved its max in the last scores()
+  static constexpr float kRescaleLog2 = 8.f;
 
   // wg: consumer warpgroup (0/1, rows 64 wg ..), wwarp: warp in it, lane: lane in the warp.
   __device__ __forceinline__ void init(const Params& p, const Block& b, int wg, int wwarp, int lane_) {
@@ -120,13 +122,18 @@ struct Consumer {
       c1 = fmaxf(c1, s[i + 3]);
     }
     const float mx0 = ptx::quad_max(fmaxf(a0, a1)), mx1 = ptx::quad_max(fmaxf(c0, c1));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float u = CAP ? 1.f : s_log2;
-    const float ms0 = mn0 == -INFINITY ? 0.f : mn0 * u, ms1 = mn1 == -INFINITY ? 0.f : mn1 * u;
-    al0 = ex2(fmaf(m0, u, -ms0));  // m = -inf (nothing seen yet): ex2(-inf) = 0
-    al1 = ex2(fmaf(m1, u, -ms1));
-    m0 = mn0;
-    m1 = mn1;
+    // Stale maximum: a row's running max moves only when the tile's max exceeds it by more than
+    // kRescaleLog2 in base-2 units, so P <= 2^kRescaleLog2 (exact: l, O and the LSE use the same
+    // max; bf16 P keeps its relative precision). Most tiles then skip O's rescale (finish()).
+    // m = -inf (no key seen): (mx - m) u = +inf, rescale (al = 0). Both -inf: NaN, no rescale.
+    const bool r0 = (mx0 - m0) * u > kRescaleLog2, r1 = (mx1 - m1) * u > kRescaleLog2;
+    al0 = r0 ? ex2((m0 - mx0) * u) : 1.f;
+    al1 = r1 ? ex2((m1 - mx1) * u) : 1.f;
+    m0 = r0 ? mx0 : m0;
+    m1 = r1 ? mx1 : m1;
+    rescale = __any_sync(0xffffffffu, r0 || r1);  // warp-uniform: finish() skips 64 FMULs otherwise
+    const float ms0 = m0 == -INFINITY ? 0.f : m0 * u, ms1 = m1 == -INFINITY ? 0.f : m1 * u;
     float p0 = 0.f, p0b = 0.f, p1 = 0.f, p1b = 0.f;
 #pragma unroll
     for (int i = 0; i < Tr::kSAcc; i += 4) {
@@ -156,12 +163,14 @@ struct Consumer {
   // Softmax, second half: O *= alpha per row, P (f32 in s) -> A fragments. O and P must not be in flight.
   __device__ __forceinline__ void finish(const float (&s)[Tr::kSAcc], float al0, float al1,
                                          uint32_t (&pa)[kTileKeys / 16][4]) {
+    if (rescale) {
 #pragma unroll
-    for (int i = 0; i < Tr::kOAcc; i += 4) {
-      o[i] *= al0;
-      o[i + 1] *= al0;
-      o[i + 2] *= al1;
-      o[i + 3] *= al1;
+      for (int i = 0; i < Tr::kOAcc; i += 4) {
+        o[i] *= al0;
+        o[i + 1] *= al0;
+        o[i + 2] *= al1;
+        o[i + 3] *= al1;
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::acc_to_a<T>(s, kk, pa[kk]);
