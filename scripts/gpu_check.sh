@@ -7,7 +7,8 @@
 #
 # Environment:
 #   OUT         where logs go (default: build-gpu/logs)
-#   DEPS        folder with googletest/ (source) and dlpack/dlpack.h, used when the system lacks them
+#   DEPS        folder with googletest/ (source), dlpack/dlpack.h and cutlass/include (CUTLASS/CuTe
+#               headers), used when the system lacks them (scripts/prepare_device_deps.sh makes it)
 #   BENCH       full (default) | quick | none
 #   BENCHES     which bench/cuda/bench_<name>.cu to build and run (default: attention topk indexer sparse)
 #   BENCH_FILTER  only the cases whose name contains this (e.g. BENCHES=attention BENCH_FILTER=mla)
@@ -33,7 +34,7 @@ echo "== attnserve gpu_check  date $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit $COMMI
 declare -a NAMES RESULTS
 record() { NAMES+=("$1"); RESULTS+=("$2"); }
 
-# ---- dependencies the build needs (GoogleTest, DLPack headers) ----------------------------------
+# ---- dependencies the build needs (GoogleTest, DLPack and CUTLASS/CuTe headers) -----------------
 CMAKE_EXTRA=()
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
   if [ -n "${DEPS:-}" ] && [ -d "$DEPS/googletest" ]; then
@@ -49,6 +50,10 @@ if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.
 fi
 if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -n "${DEPS:-}" ] && [ -f "$DEPS/dlpack/dlpack.h" ]; then
   CMAKE_EXTRA+=(-DDLPACK_INCLUDE_DIR="$DEPS")
+fi
+# CUTLASS/CuTe: DEPS's copy when there is one (the GPU machine has no pip); else CMake asks python.
+if [ -n "${DEPS:-}" ] && [ -f "$DEPS/cutlass/include/cute/tensor.hpp" ]; then
+  CMAKE_EXTRA+=(-DATTNSERVE_CUTLASS_DIR="$DEPS/cutlass/include")
 fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
@@ -107,7 +112,7 @@ fi
 san_runs=0; san_fail=0
 if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null; then
   MEMCHECK_FILTER='GpuKvStore.*:GpuMerge.*:GpuAttention.EdgeCases:GpuAttention.DecodeHeadDims64And256:GpuAttention.Fp8KvWithDescale:GpuAttention.ForcedSplitCounts:GpuMla.EdgeCases:GpuMla.ForcedSplitsAndDeterministic'
-  MEMCHECK_FILTER+=':WgmmaSm90.*:GpuAttentionSm90.EdgeCases:GpuAttentionSm90.F16AndHeadDim64'
+  MEMCHECK_FILTER+=':WgmmaSm90.*:CuteSm90.*:GpuAttentionSm90.EdgeCases:GpuAttentionSm90.F16AndHeadDim64'
   MEMCHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.TransformPrefillFindsTheRequest:TopkGpu.DeviceLengthsAreClampedToTheRow:IndexerPagedGpuEdge.ZeroLenKvAndShortRequests:IndexerPagedGpuEdge.PageIdsOutsideThePoolAreSkipped:IndexerRaggedGpu.CausalPrefillWindows:QuantizeFp8Gpu.*:SparseMlaGpuEdges.*:SparseMlaGpuSplits.AllIndicesInvalidInAChunk:GpuGatherIndexK.*'
   RACECHECK_FILTER='GpuAttention.EdgeCases:GpuAttention.PipelineDepths:GpuMla.EdgeCases:GpuKvStore.IndexerKeys'
   RACECHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.RowStarts:SparseMlaGpu.TopkNotMultipleOfTheTile:SparseMlaGpuEdges.TopkLenZeroAndPartial:SparseMlaGpuSplits.RingDepthDoesNotChangeBits'
