@@ -3,10 +3,10 @@
 // Several CTAs in M and N and several K steps, so tile coordinates, the barrier's phase and the
 // accumulation across K steps are all exercised. Skips unless built with sm_90a and run on a
 // compute capability 9.0 device.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <array>
 
 #include "attnserve/numeric.h"
 #include "gpu_sm90_util.h"

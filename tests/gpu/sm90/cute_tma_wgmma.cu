@@ -6,9 +6,9 @@
 // (headers, sm_90a flags, descriptor encoding by CuTe), not speed.
 #include <cuda_runtime.h>
 
-#include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_types.h>
+#include <cute/tensor.hpp>
 
 #include "cute_tma_wgmma.h"
 
@@ -36,33 +36,33 @@ __global__ void __launch_bounds__(128) gemm_kernel(int m, int n, int k, CUTE_GRI
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
-  Tensor mA = tma_a.get_tma_tensor(make_shape(m, k));                                       // (M,K) coordinates
-  Tensor mB = tma_b.get_tma_tensor(make_shape(n, k));                                       // (N,K) coordinates
-  Tensor mC = make_tensor(make_gmem_ptr(c), make_shape(m, n), make_stride(n, Int<1>{}));  // (M,N)
-  Tensor gA = local_tile(mA, make_shape(Tile{}, Tile{}), make_coord(blockIdx.x, _));        // (64,64,k_tiles)
-  Tensor gB = local_tile(mB, make_shape(Tile{}, Tile{}), make_coord(blockIdx.y, _));        // (64,64,k_tiles)
+  Tensor mA = tma_a.get_tma_tensor(make_shape(m, k));                                          // (M,K) coordinates
+  Tensor mB = tma_b.get_tma_tensor(make_shape(n, k));                                          // (N,K) coordinates
+  Tensor mC = make_tensor(make_gmem_ptr(c), make_shape(m, n), make_stride(n, Int<1>{}));       // (M,N)
+  Tensor gA = local_tile(mA, make_shape(Tile{}, Tile{}), make_coord(blockIdx.x, _));           // (64,64,k_tiles)
+  Tensor gB = local_tile(mB, make_shape(Tile{}, Tile{}), make_coord(blockIdx.y, _));           // (64,64,k_tiles)
   Tensor gC = local_tile(mC, make_shape(Tile{}, Tile{}), make_coord(blockIdx.x, blockIdx.y));  // (64,64)
-  Tensor sA = make_tensor(make_smem_ptr(smem.a.begin()), SmemLayout{});                     // (64,64)
-  Tensor sB = make_tensor(make_smem_ptr(smem.b.begin()), SmemLayout{});                     // (64,64)
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.begin()), SmemLayout{});                        // (64,64)
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.begin()), SmemLayout{});                        // (64,64)
 
   // TMA partitions: no multicast, so the one "CTA slice" 0 owns the whole tile.
   auto cta_tma_a = tma_a.get_slice(Int<0>{});
   auto cta_tma_b = tma_b.get_slice(Int<0>{});
-  Tensor tAgA = cta_tma_a.partition_S(gA);  // (TMA,TMA_M,TMA_K,k_tiles)
-  Tensor tAsA = cta_tma_a.partition_D(sA);  // (TMA,TMA_M,TMA_K)
-  Tensor tBgB = cta_tma_b.partition_S(gB);  // (TMA,TMA_N,TMA_K,k_tiles)
-  Tensor tBsB = cta_tma_b.partition_D(sB);  // (TMA,TMA_N,TMA_K)
+  Tensor tAgA = cta_tma_a.partition_S(gA);                             // (TMA,TMA_M,TMA_K,k_tiles)
+  Tensor tAsA = cta_tma_a.partition_D(sA);                             // (TMA,TMA_M,TMA_K)
+  Tensor tBgB = cta_tma_b.partition_S(gB);                             // (TMA,TMA_N,TMA_K,k_tiles)
+  Tensor tBsB = cta_tma_b.partition_D(sB);                             // (TMA,TMA_N,TMA_K)
   constexpr uint32_t kTxBytes = 2 * cosize_v<SmemLayout> * sizeof(T);  // both tiles, per K step
 
   // GMMA partitions: the A/B "fragments" are shared-memory descriptors, not registers.
   TiledMma mma;
   ThrMMA thr_mma = mma.get_thread_slice(threadIdx.x);
-  Tensor tCsA = thr_mma.partition_A(sA);          // (MMA,MMA_M,MMA_K)
-  Tensor tCsB = thr_mma.partition_B(sB);          // (MMA,MMA_N,MMA_K)
-  Tensor tCgC = thr_mma.partition_C(gC);          // (MMA,MMA_M,MMA_N)
-  Tensor tCrA = thr_mma.make_fragment_A(tCsA);    // descriptors
-  Tensor tCrB = thr_mma.make_fragment_B(tCsB);    // descriptors
-  Tensor tCrC = thr_mma.make_fragment_C(tCgC);    // f32 accumulators
+  Tensor tCsA = thr_mma.partition_A(sA);        // (MMA,MMA_M,MMA_K)
+  Tensor tCsB = thr_mma.partition_B(sB);        // (MMA,MMA_N,MMA_K)
+  Tensor tCgC = thr_mma.partition_C(gC);        // (MMA,MMA_M,MMA_N)
+  Tensor tCrA = thr_mma.make_fragment_A(tCsA);  // descriptors
+  Tensor tCrB = thr_mma.make_fragment_B(tCsB);  // descriptors
+  Tensor tCrC = thr_mma.make_fragment_C(tCgC);  // f32 accumulators
   clear(tCrC);
 
   const bool issuer = threadIdx.x == 0;
@@ -97,8 +97,8 @@ std::string cuda_error(const char* what, cudaError_t e) { return std::string(wha
 
 }  // namespace
 
-std::string run_cute_tma_wgmma_gemm(int m, int n, int k, const std::vector<uint16_t>& a,
-                                    const std::vector<uint16_t>& b, std::vector<float>& c) {
+std::string run_cute_tma_wgmma_gemm(int m, int n, int k, const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                                    std::vector<float>& c) {
   if (m <= 0 || n <= 0 || k <= 0 || m % kCuteTile || n % kCuteTile || k % kCuteTile)
     return "m, n, k must be positive multiples of " + std::to_string(kCuteTile);
   if (a.size() != size_t(m) * k || b.size() != size_t(n) * k) return "a must be m x k and b n x k";

@@ -17,7 +17,7 @@ inline constexpr int kCuteTile = 64;
 // C[m x n] = A[m x k] * B[n x k]^T, f32 row-major. A and B are row-major bf16 bits (K contiguous);
 // m, n, k are multiples of kCuteTile. C on the device is poisoned (NaN) before the launch, so an
 // element the kernel never writes shows. Returns "" or the CUDA / shape error.
-std::string run_cute_tma_wgmma_gemm(int m, int n, int k, const std::vector<uint16_t>& a,
-                                    const std::vector<uint16_t>& b, std::vector<float>& c);
+std::string run_cute_tma_wgmma_gemm(int m, int n, int k, const std::vector<uint16_t>& a, const std::vector<uint16_t>& b,
+                                    std::vector<float>& c);
 
 }  // namespace attnserve::test::sm90
