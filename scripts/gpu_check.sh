@@ -60,8 +60,10 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 
 # ---- build ---------------------------------------------------------------------------------------
 t0=$(date +%s)
+# ATTNSERVE_BENCH: the bench/cuda targets (built below); for the H200 alone, so 90 (sm_90a) only.
 if cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUDA=ON \
-     -DATTNSERVE_CUDA_ARCHS="80;90" "${CMAKE_EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
+     -DATTNSERVE_CUDA_ARCHS="80;90" -DATTNSERVE_BENCH=ON -DATTNSERVE_BENCH_CUDA_ARCHS=90 \
+     "${CMAKE_EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target attnserve_gpu_tests >"$OUT/build.log" 2>&1; then
   record "build (sm_80 + sm_90, -j$JOBS, $(( $(date +%s) - t0 )) s)" PASS
   rm -f "$OUT/configure.log"
@@ -135,23 +137,19 @@ fi
 # BENCHES: which bench/cuda/bench_<name>.cu to build and run (default: all of them).
 BENCHES=${BENCHES:-attention topk indexer sparse}
 if [ "$BENCH" != none ] && [ -f "$BUILD/libattnserve.a" ]; then
-  DL=$(grep -E '^DLPACK_INCLUDE_DIR' "$BUILD/CMakeCache.txt" | cut -d= -f2)
-  pids=()
-  for b in $BENCHES; do  # build in parallel: each is one translation unit
-    nvcc -std=c++20 -O3 --expt-relaxed-constexpr -Iinclude -Isrc -Itests -I"$DL" -gencode arch=compute_90,code=sm_90 \
-      "bench/cuda/bench_$b.cu" "$BUILD/libattnserve.a" -Xcompiler -fopenmp -lcudart \
-      -o "$BUILD/bench_$b" >"$OUT/bench_build_$b.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
+  # The CMake targets of bench/CMakeLists.txt (one translation unit each, built in parallel). Old
+  # binaries go first so a failed build never runs a stale one; keep going past a failed bench.
+  targets=(); for b in $BENCHES; do targets+=("bench_$b"); rm -f "$BUILD/bench/bench_$b"; done
+  keep_going=(-k 0); [ ${#GEN[@]} -eq 0 ] && keep_going=(-k)
+  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" -- "${keep_going[@]}" >"$OUT/build_bench.log" 2>&1 &&
+    rm -f "$OUT/build_bench.log"
   args=(); [ "$BENCH" = quick ] && args=(--quick)
   [ -n "${BENCH_FILTER:-}" ] && args+=("$BENCH_FILTER")  # name substring, e.g. BENCHES=attention BENCH_FILTER=mla
   for b in $BENCHES; do
-    if [ -x "$BUILD/bench_$b" ]; then
-      rm -f "$OUT/bench_build_$b.log"
-      timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench_$b" "${args[@]}" 2>&1 | tee "$OUT/bench_$b.log"
+    if [ -x "$BUILD/bench/bench_$b" ]; then
+      timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench/bench_$b" "${args[@]}" 2>&1 | tee "$OUT/bench_$b.log"
     else
-      echo "bench_$b build failed"; tail -20 "$OUT/bench_build_$b.log"
+      echo "bench_$b build failed"; grep -E -m 20 "error|bench_$b" "$OUT/build_bench.log"
     fi
   done
   cat "$OUT"/bench_*.log > "$OUT/bench.log" 2>/dev/null

@@ -45,7 +45,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   if (!bench_start(argc, argv, "== bench_topk (median of 30, scores rotated over > 2x L2)")) return 0;
   bench_case(128, 64 << 10, 2048, TopkTransform::none, "target <= 150 us; torch.topk 194 us");
   bench_case(128, 64 << 10, 2048, TopkTransform::decode, "fused slot transform");
@@ -57,4 +57,7 @@ int main(int argc, char** argv) {
   bench_case(32, 256 << 10, 2048, TopkTransform::none, "");
   bench_case(4096, 8 << 10, 2048, TopkTransform::none, "prefill rows");
   return 0;
+} catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
+  std::fprintf(stderr, "%s: %s\n", "bench_topk", e.what());
+  return 1;
 }
