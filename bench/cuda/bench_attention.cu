@@ -23,7 +23,7 @@
 
 using namespace attnserve;
 
-// Throws (main's catch prints it and returns 1): a failed call ends the bench, never the process from inside.
+// Throws rather than exit() (DESIGN.md): main's catch prints the error and returns 1.
 #define CK(x)                                                                                            \
   do {                                                                                                   \
     cudaError_t e = (x);                                                                                 \

@@ -19,7 +19,7 @@
 
 namespace dsa_bench {
 
-// Throws (each main's catch prints it and returns 1) instead of exiting from inside the bench.
+// Throws rather than exit() (DESIGN.md): each bench main's catch prints the error and returns 1.
 #define DSA_CK(x)                                                                                              \
   do {                                                                                                         \
     cudaError_t e__ = (x);                                                                                     \
