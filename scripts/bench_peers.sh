@@ -35,6 +35,10 @@ if [ -n "${DEPS:-}" ] && [ -f "$DEPS/dlpack/dlpack.h" ]; then
 elif [ ! -f /usr/include/dlpack/dlpack.h ] && [ ! -f /usr/local/include/dlpack/dlpack.h ]; then
   echo "WARNING: no dlpack/dlpack.h on this system and DEPS does not hold one: the build will fail"
 fi
+# CUTLASS/CuTe headers for whatever Hopper code of the extension uses them (DEPS's copy; no pip there).
+if [ -n "${DEPS:-}" ] && [ -f "$DEPS/cutlass/include/cute/tensor.hpp" ]; then
+  CMAKE_EXTRA+=(-DATTNSERVE_CUTLASS_DIR="$DEPS/cutlass/include")
+fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 t0=$(date +%s)

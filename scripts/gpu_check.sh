@@ -7,7 +7,8 @@
 #
 # Environment:
 #   OUT         where logs go (default: build-gpu/logs)
-#   DEPS        folder with googletest/ (source) and dlpack/dlpack.h, used when the system lacks them
+#   DEPS        folder with googletest/ (source), dlpack/dlpack.h and cutlass/include (CUTLASS/CuTe
+#               headers), used when the system lacks them (scripts/prepare_device_deps.sh makes it)
 #   BENCH       full (default) | quick | none
 #   BENCHES     which bench/cuda/bench_<name>.cu to build and run (default: attention topk indexer sparse)
 #   BENCH_FILTER  only the cases whose name contains this (e.g. BENCHES=attention BENCH_FILTER=mla)
@@ -34,7 +35,7 @@ echo "== attnserve gpu_check  date $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit $COMMI
 declare -a NAMES RESULTS
 record() { NAMES+=("$1"); RESULTS+=("$2"); }
 
-# ---- dependencies the build needs (GoogleTest, DLPack headers) ----------------------------------
+# ---- dependencies the build needs (GoogleTest, DLPack and CUTLASS/CuTe headers) -----------------
 CMAKE_EXTRA=()
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
   if [ -n "${DEPS:-}" ] && [ -d "$DEPS/googletest" ]; then
@@ -51,13 +52,19 @@ fi
 if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -n "${DEPS:-}" ] && [ -f "$DEPS/dlpack/dlpack.h" ]; then
   CMAKE_EXTRA+=(-DDLPACK_INCLUDE_DIR="$DEPS")
 fi
+# CUTLASS/CuTe: DEPS's copy when there is one (the GPU machine has no pip); else CMake asks python.
+if [ -n "${DEPS:-}" ] && [ -f "$DEPS/cutlass/include/cute/tensor.hpp" ]; then
+  CMAKE_EXTRA+=(-DATTNSERVE_CUTLASS_DIR="$DEPS/cutlass/include")
+fi
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 
 # ---- build ---------------------------------------------------------------------------------------
 t0=$(date +%s)
+# ATTNSERVE_BENCH: the bench/cuda targets (built below); for the H200 alone, so 90 (sm_90a) only.
 if cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUDA=ON \
-     -DATTNSERVE_CUDA_ARCHS="80;90" "${CMAKE_EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
+     -DATTNSERVE_CUDA_ARCHS="80;90" -DATTNSERVE_BENCH=ON -DATTNSERVE_BENCH_CUDA_ARCHS=90 \
+     "${CMAKE_EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
    cmake --build "$BUILD" -j "$JOBS" --target attnserve_gpu_tests >"$OUT/build.log" 2>&1; then
   record "build (sm_80 + sm_90, -j$JOBS, $(( $(date +%s) - t0 )) s)" PASS
   rm -f "$OUT/configure.log"
@@ -108,7 +115,7 @@ fi
 san_runs=0; san_fail=0
 if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev/null; then
   DEFAULT_MEMCHECK_FILTER='GpuKvStore.*:GpuMerge.*:GpuAttention.EdgeCases:GpuAttention.DecodeHeadDims64And256:GpuAttention.Fp8KvWithDescale:GpuAttention.ForcedSplitCounts:GpuMla.EdgeCases:GpuMla.ForcedSplitsAndDeterministic'
-  DEFAULT_MEMCHECK_FILTER+=':WgmmaSm90.*:GpuAttentionSm90.EdgeCases:GpuAttentionSm90.F16AndHeadDim64'
+  DEFAULT_MEMCHECK_FILTER+=':WgmmaSm90.*:CuteSm90.*:GpuAttentionSm90.EdgeCases:GpuAttentionSm90.F16AndHeadDim64'
   DEFAULT_MEMCHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.TransformPrefillFindsTheRequest:TopkGpu.DeviceLengthsAreClampedToTheRow:TopkGpu.SampledRegimeBoundariesAndAlignment:TopkGpu.SampledPathAdversarialRows:IndexerPagedGpuEdge.ZeroLenKvAndShortRequests:IndexerPagedGpuEdge.PageIdsOutsideThePoolAreSkipped:IndexerRaggedGpu.CausalPrefillWindows:QuantizeFp8Gpu.*:SparseMlaGpuEdges.*:SparseMlaGpuSplits.AllIndicesInvalidInAChunk:GpuGatherIndexK.*'
   DEFAULT_RACECHECK_FILTER='GpuAttention.EdgeCases:GpuAttention.PipelineDepths:GpuMla.EdgeCases:GpuKvStore.IndexerKeys'
   DEFAULT_RACECHECK_FILTER+=':TopkGpu.HeavyTiesLowerPositionWins:TopkGpu.RowStarts:TopkGpu.SampledRegimeBoundariesAndAlignment:SparseMlaGpu.TopkNotMultipleOfTheTile:SparseMlaGpuEdges.TopkLenZeroAndPartial:SparseMlaGpuSplits.RingDepthDoesNotChangeBits'
@@ -133,23 +140,19 @@ fi
 # BENCHES: which bench/cuda/bench_<name>.cu to build and run (default: all of them).
 BENCHES=${BENCHES:-attention topk indexer sparse}
 if [ "$BENCH" != none ] && [ -f "$BUILD/libattnserve.a" ]; then
-  DL=$(grep -E '^DLPACK_INCLUDE_DIR' "$BUILD/CMakeCache.txt" | cut -d= -f2)
-  pids=()
-  for b in $BENCHES; do  # build in parallel: each is one translation unit
-    nvcc -std=c++20 -O3 --expt-relaxed-constexpr -Iinclude -Isrc -Itests -I"$DL" -gencode arch=compute_90,code=sm_90 \
-      "bench/cuda/bench_$b.cu" "$BUILD/libattnserve.a" -Xcompiler -fopenmp -lcudart \
-      -o "$BUILD/bench_$b" >"$OUT/bench_build_$b.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
+  # The CMake targets of bench/CMakeLists.txt (one translation unit each, built in parallel). Old
+  # binaries go first so a failed build never runs a stale one; keep going past a failed bench.
+  targets=(); for b in $BENCHES; do targets+=("bench_$b"); rm -f "$BUILD/bench/bench_$b"; done
+  keep_going=(-k 0); [ ${#GEN[@]} -eq 0 ] && keep_going=(-k)
+  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" -- "${keep_going[@]}" >"$OUT/build_bench.log" 2>&1 &&
+    rm -f "$OUT/build_bench.log"
   args=(); [ "$BENCH" = quick ] && args=(--quick)
   [ -n "${BENCH_FILTER:-}" ] && args+=("$BENCH_FILTER")  # name substring, e.g. BENCHES=attention BENCH_FILTER=mla
   for b in $BENCHES; do
-    if [ -x "$BUILD/bench_$b" ]; then
-      rm -f "$OUT/bench_build_$b.log"
-      timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench_$b" "${args[@]}" 2>&1 | tee "$OUT/bench_$b.log"
+    if [ -x "$BUILD/bench/bench_$b" ]; then
+      timeout "${BENCH_TIMEOUT:-240}" "$BUILD/bench/bench_$b" "${args[@]}" 2>&1 | tee "$OUT/bench_$b.log"
     else
-      echo "bench_$b build failed"; tail -20 "$OUT/bench_build_$b.log"
+      echo "bench_$b build failed"; grep -E -m 20 "error|bench_$b" "$OUT/build_bench.log"
     fi
   done
   cat "$OUT"/bench_*.log > "$OUT/bench.log" 2>/dev/null

@@ -2,6 +2,7 @@
 # Installs what attnserve needs on a fresh Debian machine (idempotent: skips what is there).
 #   Debian: cmake, g++, GoogleTest, Google Benchmark, DLPack headers.
 #   PyPI (pinned in python/requirements-dev.txt): nanobind, scikit-build-core, numpy, pytest.
+#   PyPI (pinned here): nvidia-cutlass, the CUTLASS/CuTe headers of the Hopper kernels (C++ only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,4 +23,14 @@ PY=${PYTHON:-python3}
 if ! $PY -c "import nanobind, numpy, pytest, scikit_build_core" 2>/dev/null; then
   echo "[setup] pip install -r python/requirements-dev.txt"
   $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore -r python/requirements-dev.txt
+fi
+
+# CUTLASS/CuTe headers (the wheel is pure headers for C++ use; CMake finds them through
+# scripts/cutlass_include_dir.py). Reinstalled when another version is there. --no-deps: its
+# dependencies (cuda-python, scipy, networkx, ...) serve the Python generator, not the headers.
+CUTLASS_PIN=4.2.0.0
+have_cutlass=$($PY -c "import importlib.metadata as m; print(m.version('nvidia-cutlass'))" 2>/dev/null || true)
+if [ "$have_cutlass" != "$CUTLASS_PIN" ]; then
+  echo "[setup] pip install nvidia-cutlass==$CUTLASS_PIN"
+  $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps "nvidia-cutlass==$CUTLASS_PIN"
 fi

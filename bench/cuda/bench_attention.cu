@@ -13,6 +13,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,13 +23,13 @@
 
 using namespace attnserve;
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e = (x);                                                                    \
-    if (e != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+// Throws rather than exit() (DESIGN.md): main's catch prints the error and returns 1.
+#define CK(x)                                                                                            \
+  do {                                                                                                   \
+    cudaError_t e = (x);                                                                                 \
+    if (e != cudaSuccess)                                                                                \
+      throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorString(e) + " at " + __FILE__ + ":" + \
+                               std::to_string(__LINE__));                                                \
   } while (0)
 
 namespace {
@@ -311,7 +312,7 @@ void bench_store_mla(const std::string& name, int64_t n, bool fp8) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
     else g_filter = argv[i];
@@ -398,4 +399,7 @@ int main(int argc, char** argv) {
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat sm90pp", 1, 8192, 32, 8, 128, 0, t);
   }
   return 0;
+} catch (const std::exception& e) {  // CUDA errors (CK) and attnserve::Error from the ops
+  std::fprintf(stderr, "%s: %s\n", "bench_attention", e.what());
+  return 1;
 }

@@ -95,7 +95,7 @@ void bench_ragged_prefill(int64_t tokens, int64_t heads) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   if (!bench_start(argc, argv, "== bench_indexer (median; pools far larger than L2)")) return 0;
   bench_paged(128, 32 << 10, 64, 1, 64);
   bench_paged(128, 8 << 10, 64, 1, 64);
@@ -104,4 +104,7 @@ int main(int argc, char** argv) {
   bench_ragged_prefill(4096, 64);
   bench_ragged_prefill(8192, 64);
   return 0;
+} catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
+  std::fprintf(stderr, "%s: %s\n", "bench_indexer", e.what());
+  return 1;
 }

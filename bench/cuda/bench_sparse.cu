@@ -81,7 +81,7 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   if (!bench_start(argc, argv, "== bench_sparse (median; KV bytes = rows * topk * (656 | 1152))")) return 0;
   const int64_t pool = int64_t(1) << 20;  // 1M tokens: 688 MB (FP8) / 1.2 GB (bf16)
   bench_case("sparse decode", 128, 128, 2048, pool, true, 367, "FlashMLA");
@@ -109,4 +109,7 @@ int main(int argc, char** argv) {
   // h_q 128 at 32 rows (64 CTAs of HB 64): splits 1 / 2 / 4.
   for (int s : {1, 2, 4}) bench_case("sparse decode", 32, 128, 2048, pool, true, 226, "FlashMLA", {s, 0});
   return 0;
+} catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
+  std::fprintf(stderr, "%s: %s\n", "bench_sparse", e.what());
+  return 1;
 }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,13 @@
 
 namespace dsa_bench {
 
-#define DSA_CK(x)                                                                                   \
-  do {                                                                                              \
-    cudaError_t e__ = (x);                                                                          \
-    if (e__ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e__), __FILE__, __LINE__); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
+// Throws rather than exit() (DESIGN.md): each bench main's catch prints the error and returns 1.
+#define DSA_CK(x)                                                                                              \
+  do {                                                                                                         \
+    cudaError_t e__ = (x);                                                                                     \
+    if (e__ != cudaSuccess)                                                                                    \
+      throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorString(e__) + " at " + __FILE__ + ":" + \
+                               std::to_string(__LINE__));                                                      \
   } while (0)
 
 inline bool g_quick = false;

@@ -84,7 +84,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   if (!bench_start(argc, argv, "== bench_topk (median of 30, scores rotated over > 2x L2)")) return 0;
   using P = cuda::TopkPath;
   const TopkTransform none = TopkTransform::none;
@@ -127,4 +127,7 @@ int main(int argc, char** argv) {
   bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", Fill::normal);
   bench_case(8192, 4 << 10, 2048, none, "A/B", Fill::normal, P::global);
   return 0;
+} catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
+  std::fprintf(stderr, "%s: %s\n", "bench_topk", e.what());
+  return 1;
 }
