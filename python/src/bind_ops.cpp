@@ -10,11 +10,13 @@ namespace {
 using nb::arg;
 
 // MHA caches, indexer keys and quantized activations travel as uint8 when the framework has no fp8.
-TensorView fp8_if_u8(const nb::ndarray<>& a) {
+template <class... Ts>
+TensorView fp8_if_u8(const nb::ndarray<Ts...>& a) {
   TensorView v = to_view(a);
   return v.dtype == DType::u8 ? v.with_dtype(DType::fp8_e4m3) : v;
 }
-TensorView fp8_if_u8(const OptArray& a) { return a ? fp8_if_u8(*a) : TensorView{}; }
+template <class... Ts>
+TensorView fp8_if_u8(const std::optional<nb::ndarray<Ts...>>& a) { return a ? fp8_if_u8(*a) : TensorView{}; }
 
 Workspace to_workspace(const OptArray& a) {
   if (!a) return {};
@@ -27,9 +29,9 @@ Workspace to_workspace(const OptArray& a) {
 void bind_ops(nb::module_& m) {
   m.def(
       "paged_attention",
-      [](nb::ndarray<> q, nb::ndarray<> k_cache, nb::ndarray<> v_cache, nb::ndarray<> page_table,
-         nb::ndarray<> cache_seqlens, nb::ndarray<> cu_seqlens_q, nb::ndarray<> out, float softmax_scale,
-         OptArray lse, OptArray k_descale, OptArray v_descale, int max_seqlen_q, bool causal, int window_left,
+      [](RoArray q, RoArray k_cache, RoArray v_cache, RoArray page_table,
+         RoArray cache_seqlens, RoArray cu_seqlens_q, Array out, float softmax_scale,
+         OptArray lse, OptRoArray k_descale, OptRoArray v_descale, int max_seqlen_q, bool causal, int window_left,
          int window_right, float softcap, bool deterministic, OptArray workspace, uintptr_t stream,
          bool query_workspace) -> nb::object {
         PagedAttentionArgs a{.q = to_view(q), .k_cache = fp8_if_u8(k_cache), .v_cache = fp8_if_u8(v_cache),
@@ -52,8 +54,8 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "mla_attention",
-      [](nb::ndarray<> q_nope, nb::ndarray<> q_rope, nb::ndarray<> kv_cache, nb::ndarray<> page_table,
-         nb::ndarray<> cache_seqlens, nb::ndarray<> cu_seqlens_q, nb::ndarray<> out, float softmax_scale,
+      [](RoArray q_nope, RoArray q_rope, RoArray kv_cache, RoArray page_table,
+         RoArray cache_seqlens, RoArray cu_seqlens_q, Array out, float softmax_scale,
          OptArray lse, int max_seqlen_q, bool causal, int window_left, int window_right, float softcap,
          bool deterministic, OptArray workspace, uintptr_t stream, bool query_workspace) -> nb::object {
         MlaAttentionArgs a{.q_nope = to_view(q_nope), .q_rope = to_view(q_rope), .kv_cache = to_view(kv_cache),
@@ -75,7 +77,7 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "merge_state",
-      [](nb::ndarray<> v_a, nb::ndarray<> s_a, nb::ndarray<> v_b, nb::ndarray<> s_b, nb::ndarray<> v_out,
+      [](RoArray v_a, RoArray s_a, RoArray v_b, RoArray s_b, Array v_out,
          OptArray s_out, uintptr_t stream) {
         merge_state({.v_a = to_view(v_a), .s_a = to_view(s_a), .v_b = to_view(v_b), .s_b = to_view(s_b),
                      .v_out = to_view(v_out), .s_out = to_view(s_out)},
@@ -86,7 +88,7 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "merge_states",
-      [](nb::ndarray<> v_parts, nb::ndarray<> s_parts, nb::ndarray<> v_out, OptArray s_out, uintptr_t stream) {
+      [](RoArray v_parts, RoArray s_parts, Array v_out, OptArray s_out, uintptr_t stream) {
         merge_states({.v_parts = to_view(v_parts), .s_parts = to_view(s_parts), .v_out = to_view(v_out),
                       .s_out = to_view(s_out)},
                      to_stream(stream));
@@ -96,8 +98,8 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "sparse_mla",
-      [](nb::ndarray<> q, nb::ndarray<> kv, nb::ndarray<> indices, nb::ndarray<> out, float softmax_scale,
-         OptArray topk_length, OptArray attn_sink, OptArray lse, OptArray max_logits, OptArray workspace,
+      [](RoArray q, RoArray kv, RoArray indices, Array out, float softmax_scale,
+         OptRoArray topk_length, OptRoArray attn_sink, OptArray lse, OptArray max_logits, OptArray workspace,
          uintptr_t stream, bool query_workspace, bool deterministic) -> nb::object {
         SparseMlaArgs a{.q = to_view(q), .kv = to_view(kv), .indices = to_view(indices), .out = to_view(out),
                         .topk_length = to_view(topk_length), .attn_sink = to_view(attn_sink), .lse = to_view(lse),
@@ -117,7 +119,7 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "quantize_fp8_groups",
-      [](nb::ndarray<> x, nb::ndarray<> out, nb::ndarray<> scales, int group, uintptr_t stream) {
+      [](RoArray x, Array out, Array scales, int group, uintptr_t stream) {
         quantize_fp8_groups({.x = to_view(x), .out = fp8_if_u8(out), .scales = to_view(scales), .group = group},
                             to_stream(stream));
       },
@@ -126,8 +128,8 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "indexer_ragged",
-      [](nb::ndarray<> q, nb::ndarray<> weights, nb::ndarray<> k, nb::ndarray<> k_scale, nb::ndarray<> ks,
-         nb::ndarray<> ke, nb::ndarray<> logits, OptArray q_scale, OptArray workspace, uintptr_t stream) {
+      [](RoArray q, RoArray weights, RoArray k, RoArray k_scale, RoArray ks,
+         RoArray ke, Array logits, OptRoArray q_scale, OptArray workspace, uintptr_t stream) {
         indexer_ragged({.q = fp8_if_u8(q), .weights = to_view(weights), .k = fp8_if_u8(k),
                         .k_scale = to_view(k_scale), .ks = to_view(ks), .ke = to_view(ke), .logits = to_view(logits),
                         .q_scale = to_view(q_scale)},
@@ -138,8 +140,8 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "indexer_paged",
-      [](nb::ndarray<> q, nb::ndarray<> weights, nb::ndarray<> index_k_cache, nb::ndarray<> page_table,
-         nb::ndarray<> seqlens, nb::ndarray<> logits, int page_size, int next_n, OptArray q_scale,
+      [](RoArray q, RoArray weights, RoArray index_k_cache, RoArray page_table,
+         RoArray seqlens, Array logits, int page_size, int next_n, OptRoArray q_scale,
          OptArray workspace, uintptr_t stream) {
         indexer_paged({.q = fp8_if_u8(q), .weights = to_view(weights), .index_k_cache = to_view(index_k_cache),
                        .page_table = to_view(page_table), .seqlens = to_view(seqlens), .logits = to_view(logits),
@@ -158,8 +160,8 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "topk",
-      [](nb::ndarray<> scores, nb::ndarray<> lengths, nb::ndarray<> out, int k, OptArray row_starts,
-         TopkTransform transform, OptArray page_table_1, OptArray cu_seqlens_q, OptArray offsets,
+      [](RoArray scores, RoArray lengths, Array out, int k, OptRoArray row_starts,
+         TopkTransform transform, OptRoArray page_table_1, OptRoArray cu_seqlens_q, OptRoArray offsets,
          OptArray workspace, uintptr_t stream, bool query_workspace) -> nb::object {
         TopkArgs a{.scores = to_view(scores), .lengths = to_view(lengths), .out = to_view(out), .topk = k,
                    .row_starts = to_view(row_starts), .transform = transform, .page_table_1 = to_view(page_table_1),
@@ -176,7 +178,7 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "set_kv_buffer",
-      [](nb::ndarray<> k, nb::ndarray<> v, nb::ndarray<> k_cache, nb::ndarray<> v_cache, nb::ndarray<> loc,
+      [](RoArray k, RoArray v, Array k_cache, Array v_cache, RoArray loc,
          float k_scale, float v_scale, uintptr_t stream) {
         set_kv_buffer({.k = to_view(k), .v = to_view(v), .k_cache = fp8_if_u8(k_cache),
                        .v_cache = fp8_if_u8(v_cache), .loc = to_view(loc), .k_scale = k_scale, .v_scale = v_scale},
@@ -187,7 +189,7 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "set_mla_kv_buffer",
-      [](nb::ndarray<> kv_c, nb::ndarray<> k_rope, nb::ndarray<> cache, nb::ndarray<> loc, uintptr_t stream) {
+      [](RoArray kv_c, RoArray k_rope, Array cache, RoArray loc, uintptr_t stream) {
         set_mla_kv_buffer({.kv_c = to_view(kv_c), .k_rope = to_view(k_rope), .cache = to_view(cache),
                            .loc = to_view(loc)},
                           to_stream(stream));
@@ -197,7 +199,7 @@ void bind_ops(nb::module_& m) {
 
   m.def(
       "set_index_k",
-      [](nb::ndarray<> k, nb::ndarray<> index_k_cache, nb::ndarray<> loc, int page_size, uintptr_t stream) {
+      [](RoArray k, Array index_k_cache, RoArray loc, int page_size, uintptr_t stream) {
         set_index_k({.k = to_view(k), .index_k_cache = to_view(index_k_cache), .loc = to_view(loc),
                      .page_size = page_size},
                     to_stream(stream));

@@ -18,7 +18,7 @@ using IntList = std::optional<std::vector<int32_t>>;
 // Owns the host arrays a BatchSpec points into for the duration of one call.
 struct BatchArgs {
   std::vector<int32_t> seq_lens, req_pool_indices, extend_seq_lens, extend_prefix_lens, draft_slots;
-  BatchSpec spec(ForwardMode mode, const nb::ndarray<>& req_to_token) const {
+  BatchSpec spec(ForwardMode mode, const RoArray& req_to_token) const {
     return BatchSpec{.mode = mode, .seq_lens = seq_lens, .req_pool_indices = req_pool_indices,
                      .extend_seq_lens = extend_seq_lens, .extend_prefix_lens = extend_prefix_lens,
                      .draft_slots = draft_slots, .req_to_token = to_view(req_to_token)};
@@ -44,7 +44,7 @@ void bind_planner_methods(nb::class_<Planner>& c) {
       .def(
           "plan",
           [](nb::handle self, ForwardMode mode, std::vector<int32_t> seq_lens, std::vector<int32_t> req_pool_indices,
-             nb::ndarray<> req_to_token, IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots,
+             RoArray req_to_token, IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots,
              uintptr_t stream) {
             Planner& p = nb::cast<Planner&>(self);
             BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
@@ -64,7 +64,7 @@ void bind_planner_methods(nb::class_<Planner>& c) {
       .def(
           "replay",
           [](nb::handle self, int bs, ForwardMode mode, std::vector<int32_t> seq_lens,
-             std::vector<int32_t> req_pool_indices, nb::ndarray<> req_to_token, IntList extend_seq_lens,
+             std::vector<int32_t> req_pool_indices, RoArray req_to_token, IntList extend_seq_lens,
              IntList extend_prefix_lens, IntList draft_slots, uintptr_t stream) {
             Planner& p = nb::cast<Planner&>(self);
             BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
@@ -116,7 +116,7 @@ void bind_plan(nb::module_& m) {
 
   m.def(
       "transform_index_page_table",
-      [](nb::ndarray<> page_table_1, nb::ndarray<> topk_indices, nb::ndarray<> out, OptArray cu_seqlens_q,
+      [](RoArray page_table_1, RoArray topk_indices, Array out, OptRoArray cu_seqlens_q,
          uintptr_t stream) {
         transform_index_page_table({.page_table_1 = to_view(page_table_1), .topk_indices = to_view(topk_indices),
                                     .out = to_view(out), .cu_seqlens_q = to_view(cu_seqlens_q)},

@@ -1,4 +1,5 @@
 // The extension module attnserve._attnserve.
+#include "attnserve/version.h"
 #include "convert.h"
 #include "views.h"
 
@@ -24,7 +25,9 @@ void bind_core(nb::module_& m) {
 
 NB_MODULE(_attnserve, m) {
   m.doc() = "attnserve: attention layer of an LLM serving engine (C++ core)";
+  m.attr("__version__") = ATTNSERVE_VERSION_STRING;  // attnserve/version.h, from CMakeLists.txt's VERSION
   attnserve::py::bind_core(m);
+  attnserve::py::bind_array_view(m);
   attnserve::py::bind_ops(m);
   attnserve::py::bind_kv(m);
   attnserve::py::bind_plan(m);
