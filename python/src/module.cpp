@@ -1,6 +1,7 @@
 // The extension module attnserve._attnserve.
 #include "attnserve/version.h"
 #include "convert.h"
+#include "metadata_dict.h"
 #include "views.h"
 
 namespace attnserve::py {
@@ -30,6 +31,7 @@ NB_MODULE(_attnserve, m) {
   attnserve::py::bind_array_view(m);
   attnserve::py::bind_ops(m);
   attnserve::py::bind_kv(m);
+  attnserve::py::bind_metadata_copy(m);
   attnserve::py::bind_plan(m);
   attnserve::py::bind_backend(m);
   attnserve::py::bind_index_k_gather(m);

@@ -26,6 +26,7 @@ void transform_index_page_table(const TransformIndexArgs& a, Stream stream) {
   check_tensor(op, "page_table_1", a.page_table_1, {DType::i32}, {-1, -1});
   check_tensor(op, "topk_indices", a.topk_indices, {DType::i32}, {-1, -1});
   check_tensor(op, "out", a.out, {DType::i32}, {a.topk_indices.size(0), a.topk_indices.size(1)});
+  check_output(op, "out", a.out);
   check_optional_tensor(op, "cu_seqlens_q", a.cu_seqlens_q, {DType::i32}, {a.page_table_1.size(0) + 1});
   check_same_device(op, {&a.page_table_1, &a.topk_indices, &a.out});
   if (!a.cu_seqlens_q.empty_view()) {
