@@ -134,8 +134,8 @@ def wrap(fn):
         conv = {k: (as_dlpack_compatible(v) if k in sig.arrays else v) for k, v in bound.items()}
         if "stream" in sig.types and conv.get("stream") is None:
             conv["stream"] = current_stream([conv[k] for k in sig.arrays if k in conv])
-        if "stream" in conv:
-            conv["stream"] = int(conv["stream"])
+        if hasattr(conv.get("stream"), "__index__"):
+            conv["stream"] = int(conv["stream"])  # NumPy ints, framework handles
         try:
             return fn(**conv)
         except TypeError as e:
