@@ -90,9 +90,13 @@ def _diagnose(op: str, sig: OpSignature, bound: dict, original: Exception) -> Er
         if name in sig.required and bound.get(name) is None:
             return Error(f"{op}: argument '{name}' is required" + (" (got None)" if name in bound else ""))
     for name in sig.types:
-        if name not in bound or bound[name] is None:
+        if name not in bound:
             continue
         a, typ = bound[name], sig.types[name]
+        if a is None:
+            if not typ.endswith("| None"):
+                return Error(f"{op}: argument '{name}' must be {typ}, got None")
+            continue
         if name in sig.arrays:
             probe = _attnserve._probe_output if name in sig.outputs else _attnserve._probe_input
             try:
@@ -112,6 +116,10 @@ def _diagnose(op: str, sig: OpSignature, bound: dict, original: Exception) -> Er
             numeric_ok = typ != "bool" and hasattr(a, "__index__" if typ == "int" else "__float__")
             if not (isinstance(a, expected) or numeric_ok) or (typ != "bool" and isinstance(a, bool)):
                 return Error(f"{op}: argument '{name}' must be {typ}, got {_describe(a)} ({a!r})")
+            if typ == "int" and name == "stream" and not 0 <= int(a) < 2 ** 64:
+                return Error(f"{op}: argument 'stream' must be a raw cudaStream_t handle (an int >= 0), got {a!r}")
+            if typ == "int" and name != "stream" and not -2 ** 31 <= int(a) < 2 ** 31:
+                return Error(f"{op}: argument '{name}' = {a!r} does not fit in a 32-bit int")
         elif typ.startswith("attnserve."):
             cls = getattr(_attnserve, typ.rsplit(".", 1)[1], None)
             if cls is not None and not isinstance(a, cls):

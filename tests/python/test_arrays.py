@@ -151,3 +151,18 @@ def test_retyped_view_is_reusable_and_keeps_memory_alive():
     for _ in range(3):
         assert view.__dlpack__() is not None  # a fresh capsule each time
     assert view.__dlpack_device__() == (1, 0)
+
+
+def test_jax_inputs_and_array_view_through_jax_dlpack():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x = jnp.ones((2, 2, 4), jnp.bfloat16)
+    s = jnp.zeros((2, 2), jnp.float32)
+    out = np.zeros((2, 2, 4), BF16)
+    A.merge_state(x, s, x * 3, s, out)  # JAX bf16 inputs through DLPack
+    assert (out.astype(np.float32) == 2).all()
+    a = np.arange(6, dtype=np.float32).astype(BF16)
+    view = A._attnserve._retyped(a, a.view(np.uint16), "bf16")
+    for _ in range(2):  # reusable: a fresh capsule per consumer
+        j = jax.dlpack.from_dlpack(view)
+        assert j.dtype == jnp.bfloat16 and j.tolist() == list(range(6))
