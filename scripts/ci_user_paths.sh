@@ -20,7 +20,6 @@ t0=$SECONDS
 # ---- 1. wheel in a fresh venv
 python3 -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
-"$VPY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 step "pip wheel . (ATTNSERVE_CUDA=OFF)"
 ATTNSERVE_CUDA=OFF CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$VPY" -m pip wheel -q --disable-pip-version-check \
   --config-settings=build-dir="$WORK/wheel-build" -w "$WORK/wheels" . >"$WORK/wheel.log" 2>&1 \

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from . import _attnserve
 from ._ops import wrap as _wrap
+from ._ops import wrap_method as _wrap_method
 
 __version__: str = _attnserve.__version__
 
@@ -40,6 +41,19 @@ _OPS = [
     "quantize_fp8_groups", "indexer_ragged", "indexer_paged", "topk",
     "set_kv_buffer", "set_mla_kv_buffer", "set_index_k", "transform_index_page_table", "gather_index_k",
 ]
+
+# Conversion failures of the stateful classes' methods also raise attnserve.Error naming the argument.
+for _cls, _methods in [
+    (_attnserve.DensePlanner, ("__init__", "init", "plan", "capture", "replay")),
+    (_attnserve.SparsePlanner, ("__init__", "init", "plan", "capture", "replay")),
+    (_attnserve.SlotAllocator, ("__init__", "alloc_extend", "alloc_decode", "free")),
+    (_attnserve.ReqToTokenPool, ("__init__", "free", "write")),
+    (_attnserve.MhaKvPool, ("__init__", "k", "v", "k_paged", "v_paged")),
+    (_attnserve.MlaKvPool, ("__init__", "cache")),
+    (_attnserve.IndexerKeyPool, ("__init__", "cache")),
+]:
+    for _m in _methods:
+        _wrap_method(_cls, _m)
 
 if TYPE_CHECKING:  # type checkers see the extension's signatures (_attnserve.pyi); `stream` is optional
     from ._attnserve import (gather_index_k, indexer_paged, indexer_ragged, merge_state, merge_states,

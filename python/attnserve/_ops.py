@@ -120,6 +120,21 @@ def _diagnose(op: str, sig: OpSignature, bound: dict, original: Exception) -> Er
                 return Error(f"{op}: argument 'stream' must be a raw cudaStream_t handle (an int >= 0), got {a!r}")
             if typ == "int" and name != "stream" and not -2 ** 31 <= int(a) < 2 ** 31:
                 return Error(f"{op}: argument '{name}' = {a!r} does not fit in a 32-bit int")
+        elif typ.startswith("collections.abc.Sequence[int]"):
+            try:
+                items = list(a)
+            except TypeError:
+                return Error(f"{op}: argument '{name}' must be a sequence of ints, got {_describe(a)}")
+            bad = next((i for i, x in enumerate(items) if not hasattr(x, "__index__") or isinstance(x, bool)), None)
+            if bad is not None:
+                return Error(f"{op}: argument '{name}'[{bad}] must be an int, got {_describe(items[bad])} "
+                             f"({items[bad]!r})")
+            big = next((i for i, x in enumerate(items) if not -2 ** 31 <= int(x) < 2 ** 31), None)
+            if big is not None:
+                return Error(f"{op}: argument '{name}'[{big}] = {items[big]} does not fit in a 32-bit int")
+        elif typ == "str":
+            if not isinstance(a, str):
+                return Error(f"{op}: argument '{name}' must be str, got {_describe(a)} ({a!r})")
         elif typ.startswith("attnserve."):
             cls = getattr(_attnserve, typ.rsplit(".", 1)[1], None)
             if cls is not None and not isinstance(a, cls):
@@ -158,5 +173,31 @@ def wrap(fn):
     return call
 
 
-__all__ = ["wrap", "OpSignature"]
+def wrap_method(cls, name: str) -> None:
+    """Replaces cls.name (a method of an extension class) with one whose conversion failures raise
+    attnserve.Error naming the argument, like the ops (no dtype re-typing: these take host values)."""
+    fn = getattr(cls, name)
+    op = f"{cls.__name__}.{name}" if name != "__init__" else cls.__name__
+    sig = OpSignature(fn)
+
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        bound = sig.bind(op, (self,) + args, kwargs)
+        bound.pop("self")
+        conv = {k: (as_dlpack_compatible(v) if k in sig.arrays else v) for k, v in bound.items()}
+        try:
+            return fn(self, **conv)
+        except TypeError as e:
+            if "incompatible function arguments" not in str(e):
+                raise
+            raise _diagnose(op, sig, {"self": self, **conv}, e) from None
+        except Error as e:
+            if not _SUPPORT_ERRORS.match(str(e)):
+                raise
+            raise _diagnose(op, sig, {"self": self, **conv}, e) from None
+
+    setattr(cls, name, call)
+
+
+__all__ = ["wrap", "wrap_method", "OpSignature"]
 del sys

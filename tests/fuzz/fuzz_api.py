@@ -30,7 +30,6 @@ import attnserve as A
 from attnserve._ops import OpSignature
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-NAMED = re.compile(r"'\w+'")  # an attnserve.Error names the argument it is about
 
 
 # ---- Valid calls: op name -> kwargs (arrays and scalars) ---------------------------------------------
@@ -176,6 +175,58 @@ def gen_transform_index_page_table(rng):
 GENERATORS = {name[4:]: fn for name, fn in globals().items() if name.startswith("gen_")}
 
 
+# ---- Stateful objects: "Class.method" -> (rng) -> (bound method, kwargs) ------------------------------
+
+def _table(rng, rows, max_ctx):
+    pool = A.ReqToTokenPool(size=rows + 1, max_context_len=max_ctx)
+    idx = [pool.alloc() for _ in range(rows)]
+    for r in idx:
+        pool.write(r, 0, list(rng.integers(1, 256, max_ctx).astype(int)))
+    return pool, idx
+
+
+def obj_planner_plan(rng):
+    sparse = bool(rng.integers(2))
+    planner = A.SparsePlanner(page_size=4, topk=8) if sparse else A.DensePlanner(page_size=int(rng.choice([1, 4])))
+    planner.init(max_bs=4, max_num_tokens=32, max_context_len=48)
+    bs = int(rng.integers(1, 4))
+    pool, idx = _table(rng, bs, 48)
+    mode = [A.ForwardMode.decode, A.ForwardMode.extend][int(rng.integers(2))]
+    seq = [int(rng.integers(2, 40)) for _ in range(bs)]
+    kw = dict(mode=mode, seq_lens=seq, req_pool_indices=idx, req_to_token=pool.table)
+    if mode == A.ForwardMode.extend:
+        ext = [int(rng.integers(1, min(s, 8) + 1)) for s in seq]
+        kw.update(extend_seq_lens=ext, extend_prefix_lens=[s - e for s, e in zip(seq, ext)])
+    return planner.plan, type(planner).plan, kw
+
+
+def obj_allocator_extend(rng):
+    alloc = A.SlotAllocator(num_slots=64, page_size=4)
+    first = alloc.alloc_extend([0], [-1], [int(rng.integers(1, 9))])
+    kw = dict(prefix_lens=[len(first), 0], last_locs=[first[-1], -1], extend_lens=[int(rng.integers(0, 6)), 3])
+    return alloc.alloc_extend, A.SlotAllocator.alloc_extend, kw
+
+
+def obj_allocator_decode(rng):
+    alloc = A.SlotAllocator(num_slots=32, page_size=4)
+    first = alloc.alloc_extend([0], [-1], [int(rng.integers(1, 9))])
+    return alloc.alloc_decode, A.SlotAllocator.alloc_decode, dict(seq_lens=[len(first)], last_locs=[first[-1]])
+
+
+def obj_req_to_token_write(rng):
+    pool = A.ReqToTokenPool(size=4, max_context_len=16)
+    r = pool.alloc()
+    return pool.write, A.ReqToTokenPool.write, dict(req=r, start=int(rng.integers(0, 8)), slots=[1, 2, 3])
+
+
+def obj_pool_view(rng):
+    pool = A.MhaKvPool(num_layers=2, num_slots=16, h_kv=1, head_dim=4, head_dim_v=4)
+    return pool.k_paged, A.MhaKvPool.k_paged, dict(layer=int(rng.integers(0, 2)), page_size=4)
+
+
+OBJECTS = {name[4:]: fn for name, fn in globals().items() if name.startswith("obj_")}
+
+
 # ---- Mutations: (rng, sig, kwargs) -> description (kwargs changed in place) or None if not applicable ----
 
 DTYPES = [np.float32, np.float16, np.float64, np.int32, np.int64, np.uint8, np.int8, np.uint16, np.bool_, BF16]
@@ -185,15 +236,24 @@ def _arrays(sig, kw):
     return [n for n in sig.arrays if isinstance(kw.get(n), np.ndarray)]
 
 
+def _pick_array(rng, sig, kw):
+    names = _arrays(sig, kw)
+    return str(rng.choice(names)) if names else None
+
+
 def m_dtype(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     dt = DTYPES[int(rng.integers(len(DTYPES)))]
     kw[n] = kw[n].astype(dt)
     return f"{n} as {np.dtype(dt).name}"
 
 
 def m_shape(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     a = kw[n]
     how = int(rng.integers(3))
     if how == 0 or a.ndim == 0:
@@ -211,13 +271,17 @@ def m_shape(rng, sig, kw):
 
 
 def m_empty(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     kw[n] = kw[n][:0]
     return f"{n} with 0 rows"
 
 
 def m_zero_stride(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     a = kw[n]
     if a.ndim == 0 or a.shape[0] < 2:
         return None
@@ -226,7 +290,9 @@ def m_zero_stride(rng, sig, kw):
 
 
 def m_strided(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     a = kw[n]
     if a.ndim == 0:
         return None
@@ -237,7 +303,7 @@ def m_strided(rng, sig, kw):
 
 
 def m_values(rng, sig, kw):
-    ints = [n for n in _arrays(sig, kw) if kw[n].dtype.kind == "i" and kw[n].size]
+    ints = [n for n in _arrays(sig, kw) if kw[n].dtype.kind == "i" and kw[n].size and kw[n].flags.writeable]
     if not ints:
         return None
     n = rng.choice(ints)
@@ -250,19 +316,25 @@ def m_values(rng, sig, kw):
 
 
 def m_none(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     kw[n] = None
     return f"{n} = None"
 
 
 def m_list(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     kw[n] = kw[n].astype(np.float64).tolist() if kw[n].dtype == BF16 else kw[n].tolist()
     return f"{n} as a list"
 
 
 def m_read_only(rng, sig, kw):
-    n = rng.choice(_arrays(sig, kw))
+    n = _pick_array(rng, sig, kw)
+    if n is None:
+        return None
     kw[n] = kw[n].copy()
     kw[n].setflags(write=False)
     return f"{n} read-only"
@@ -287,35 +359,75 @@ def m_scalar(rng, sig, kw):
     return f"{n} = {v!r}"
 
 
+def m_list_values(rng, sig, kw):
+    lists = [n for n, v in kw.items() if isinstance(v, list) and v]
+    if not lists:
+        return None
+    n = str(rng.choice(lists))
+    how = int(rng.integers(4))
+    if how == 0:
+        kw[n] = kw[n] + [int(rng.integers(0, 50))]
+        return f"{n} one longer"
+    if how == 1:
+        kw[n] = kw[n][:-1]
+        return f"{n} one shorter"
+    if how == 2:  # a capacity: more requests than max_bs
+        for k in lists:
+            kw[k] = kw[k] * 3
+        return f"{', '.join(lists)} tripled"
+    i = int(rng.integers(len(kw[n])))
+    v = [-1, -100, 0, 10 ** 6, 2 ** 31 - 1, 1.5, "1"][int(rng.integers(7))]
+    kw[n] = kw[n][:i] + [v] + kw[n][i + 1:]
+    return f"{n}[{i}] = {v!r}"
+
+
 MUTATIONS = [m_dtype, m_shape, m_empty, m_zero_stride, m_strided, m_values, m_values, m_none, m_list, m_read_only,
-             m_swap, m_scalar]
+             m_swap, m_scalar, m_list_values]
 
 
 # ---- One case, in a child process ---------------------------------------------------------------------
 
+TARGETS = sorted(GENERATORS) + sorted(OBJECTS)
+
+
 def make_case(seed: int, index: int):
+    """(name, callable, kwargs, mutation) of case `index`; the first len(TARGETS) run each one unmutated."""
     rng = np.random.default_rng([seed, index])
-    ops = sorted(GENERATORS)
-    op = ops[index % len(ops)] if index < len(ops) else ops[int(rng.integers(len(ops)))]
-    kw = GENERATORS[op](rng)
+    name = TARGETS[index % len(TARGETS)] if index < len(TARGETS) else TARGETS[int(rng.integers(len(TARGETS)))]
+    if name in GENERATORS:
+        fn, nb_fn, kw = getattr(A, name), getattr(A._attnserve, name), GENERATORS[name](rng)
+    else:
+        fn, wrapped, kw = OBJECTS[name](rng)
+        nb_fn = wrapped.__wrapped__
     desc = "valid call"
-    if index >= len(ops):  # the first len(ops) cases run every op unmutated
-        sig = OpSignature(getattr(A._attnserve, op))
+    if index >= len(TARGETS):
+        sig = OpSignature(nb_fn)
         for _ in range(10):
             m = MUTATIONS[int(rng.integers(len(MUTATIONS)))]
             desc = m(rng, sig, kw)
             if desc is not None:
                 break
-    return op, kw, desc
+    return name, fn, kw, desc
+
+
+def _names_an_argument(message: str, kw: dict, stateful: bool) -> bool:
+    """An attnserve.Error must say which argument it is about: one of the call's parameter names. The
+    stateful objects speak per request (seq_lens[i] -> "request i has seq_len"), or of the batch
+    against the capacity given at init, which counts too."""
+    words = set(kw) | ({n[:-1] for n in kw if n.endswith("s")} if stateful else set())
+    if stateful and re.search(r"\b(capacity|batch)\b", message):
+        return True
+    return any(re.search(rf"\b{re.escape(n)}\b", message) for n in words)
 
 
 def run_case(seed: int, index: int) -> dict:
-    op, kw, desc = make_case(seed, index)
+    op, fn, kw, desc = make_case(seed, index)
     try:
-        getattr(A, op)(**kw)
+        fn(**kw)
         return {"op": op, "mutation": desc, "result": "ok"}
     except A.Error as e:
-        return {"op": op, "mutation": desc, "result": "error", "message": str(e)}
+        return {"op": op, "mutation": desc, "result": "error", "message": str(e),
+                "names_argument": _names_an_argument(str(e), kw, op in OBJECTS)}
     except Exception as e:  # noqa: BLE001 - anything else is a finding
         return {"op": op, "mutation": desc, "result": "exception", "message": f"{type(e).__name__}: {e}",
                 "trace": traceback.format_exc(limit=3)}
@@ -331,7 +443,8 @@ def run_in_child(seed: int, index: int, timeout: float) -> dict:
             signal.alarm(int(timeout))  # a hang ends with SIGALRM
             out = run_case(seed, index)
             os.write(w, json.dumps(out).encode())
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - a bug of the fuzzer itself: say so
+            traceback.print_exc()
             code = 3
         finally:
             os._exit(code)
@@ -348,10 +461,11 @@ def run_in_child(seed: int, index: int, timeout: float) -> dict:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         what = "hang (timeout)" if sig == signal.SIGALRM else f"crash: signal {signal.Signals(sig).name}"
-        op, _, desc = make_case(seed, index)
+        op, _, _, desc = make_case(seed, index)
         return {"op": op, "mutation": desc, "result": "crash", "message": what}
     if not chunks:
-        return {"op": "?", "mutation": "?", "result": "crash", "message": f"child exit status {status}"}
+        return {"op": "?", "mutation": "?", "result": "crash",
+                "message": f"the fuzzer's child failed (status {status}, traceback above): rerun with --only {index}"}
     return json.loads(b"".join(chunks))
 
 
@@ -361,7 +475,7 @@ def verdict(index: int, n_ops: int, res: dict) -> str | None:
         return res["message"]
     if index < n_ops and res["result"] != "ok":
         return f"the valid call failed: {res.get('message')}"
-    if res["result"] == "error" and not NAMED.search(res["message"]):
+    if res["result"] == "error" and not res["names_argument"]:
         return f"attnserve.Error names no argument: {res['message']}"
     return None
 
@@ -374,7 +488,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=20.0)
     args = p.parse_args()
     seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
-    n_ops = len(GENERATORS)
+    n_ops = len(TARGETS)
     if args.only is not None:
         print(json.dumps(run_case(seed, args.only), indent=1))
         return 0
