@@ -7,7 +7,7 @@ instead of taking the run down. A case passes when the call either succeeds or r
 attnserve.Error whose message names an argument ('name' in quotes); any other exception, a signal
 or a timeout fails it. The unmutated call of every op must succeed (so the generators stay valid).
 
-  python3 tests/fuzz/fuzz_api.py [--seed S] [--cases N] [--only I] [--timeout S]
+  python3 tests/fuzz/fuzz_api.py [--seed S] [--cases N] [--only I] [--timeout S] [--max-seconds S]
 
 Without --seed a random seed is drawn and printed; --seed S --only I reruns one case.
 """
@@ -485,7 +485,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--cases", type=int, default=300)
     p.add_argument("--only", type=int, default=None, help="run just this case index (in this process)")
-    p.add_argument("--timeout", type=float, default=20.0)
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds per case before it counts as a hang")
+    p.add_argument("--max-seconds", type=float, default=150.0, help="stop starting cases after this long")
     args = p.parse_args()
     seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy % (2 ** 31))
     n_ops = len(TARGETS)
@@ -495,14 +496,19 @@ def main() -> int:
     print(f"fuzz_api: seed {seed}, {args.cases} cases over {n_ops} ops (rerun one: --seed {seed} --only I)")
     t0 = time.time()
     failures, counts = [], {"ok": 0, "error": 0}
+    ran = 0
     for i in range(max(args.cases, n_ops)):
+        if i >= n_ops and time.time() - t0 > args.max_seconds:
+            print(f"fuzz_api: time bound {args.max_seconds:.0f} s reached after {i} cases")
+            break
         res = run_in_child(seed, i, args.timeout)
+        ran += 1
         counts[res["result"]] = counts.get(res["result"], 0) + 1
         why = verdict(i, n_ops, res)
         if why:
             failures.append(i)
             print(f"  FAIL case {i}: {res['op']}({res['mutation']}): {why}")
-    print(f"fuzz_api: seed {seed}: {len(failures)} failed; results {counts}; {time.time() - t0:.1f} s")
+    print(f"fuzz_api: seed {seed}: {ran} cases, {len(failures)} failed; results {counts}; {time.time() - t0:.1f} s")
     return 1 if failures else 0
 
 
