@@ -9,13 +9,13 @@ Each op of the extension is wrapped so that
     attnserve.Error naming the argument, not nanobind's generic "incompatible function arguments";
   - on GPU arrays the op runs on the caller's current PyTorch / CuPy stream unless stream= is given.
 Which arguments are arrays and which are outputs is read from the extension's own signatures
-(outputs are the arrays bound writable), so this table cannot drift from the C++ bindings.
+(outputs are the arrays bound writable), so no table here can drift from the C++ bindings.
+The stateful classes' methods (planners, allocator, pools) get the same error handling (wrap_method).
 """
 from __future__ import annotations
 
 import functools
 import re
-import sys
 
 from . import _attnserve
 from ._frameworks import as_dlpack_compatible, current_stream
@@ -200,4 +200,3 @@ def wrap_method(cls, name: str) -> None:
 
 
 __all__ = ["wrap", "wrap_method", "OpSignature"]
-del sys
