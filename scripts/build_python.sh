@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DATTNSERVE_PYTHON=ON -DATTNSERVE_CUDA="${ATTNSERVE_CUDA:-AUTO}" \
   -DPython_EXECUTABLE="$(command -v python3)" >/dev/null
-cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target _attnserve
+cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target _attnserve _attnserve_stub

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what attnserve needs on a fresh Debian machine (idempotent: skips what is there).
 #   Debian: cmake, g++, GoogleTest, Google Benchmark, DLPack headers.
-#   PyPI (pinned in python/requirements-dev.txt): nanobind, scikit-build-core, numpy, pytest.
+#   PyPI (pinned in python/requirements-dev.txt): nanobind, scikit-build-core, numpy, ml_dtypes, pytest.
 #   PyPI (pinned here): nvidia-cutlass, the CUTLASS/CuTe headers of the Hopper kernels (C++ only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-if ! $PY -c "import nanobind, numpy, pytest, scikit_build_core" 2>/dev/null; then
+if ! $PY -c "import nanobind, numpy, ml_dtypes, pytest, scikit_build_core" 2>/dev/null; then
   echo "[setup] pip install -r python/requirements-dev.txt"
   $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore -r python/requirements-dev.txt
 fi

@@ -96,6 +96,8 @@ class SlotAllocator {
 
  private:
   void check_last_loc(const char* op, size_t i, int64_t prefix_len, int64_t last_loc) const;
+  // alloc_extend's work; `op` names the public call in errors (alloc_decode goes through it too).
+  std::vector<int32_t> alloc_slots(const char* op, std::span<const ExtendRequest> reqs);
 
   int page_size_;
   int64_t num_pages_;

@@ -70,6 +70,9 @@ void check_optional_tensor(std::string_view op, std::string_view arg, const Tens
                            std::initializer_list<DType> dtypes, std::initializer_list<int64_t> dims);
 void check_same_device(std::string_view op, std::initializer_list<const TensorView*> ts);
 void check_last_dim_contiguous(std::string_view op, std::string_view arg, const TensorView& t);
+// An output (absent views pass): no dim of size > 1 may have stride 0, or its rows would overwrite
+// each other (a broadcast view passed as an output).
+void check_output(std::string_view op, std::string_view arg, const TensorView& t);
 
 // int64 -> int32 narrowing goes through here (checked).
 int32_t narrow_i32(int64_t v, std::string_view what);

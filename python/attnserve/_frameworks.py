@@ -22,18 +22,25 @@ def current_stream(arrays) -> int:
 
 
 def as_dlpack_compatible(a):
-    """fp8 tensors (torch float8_e4m3fn, ml_dtypes float8) become uint8 views; others pass through."""
+    """Arrays whose dtype DLPack cannot carry from their framework, re-typed for the C++ core:
+    torch float8_e4m3fn -> a uint8 view (the core reads uint8 caches as fp8); NumPy arrays of the
+    ml_dtypes bfloat16 / float8_e4m3fn dtypes (NumPy's __dlpack__ refuses them) -> an
+    attnserve.ArrayView of the same memory with the dtype bf16 / fp8_e4m3. Others pass through."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(a, torch.Tensor):
         if a.dtype == getattr(torch, "float8_e4m3fn", None):
             return a.view(torch.uint8)
         return a
-    dt = getattr(a, "dtype", None)
-    if dt is not None and str(dt) == "float8_e4m3fn" and hasattr(a, "view"):
-        try:
-            import numpy as np
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(a, np.ndarray) and a.dtype.kind == "V":
+        name = a.dtype.name
+        if name in _ML_DTYPES:
+            raw_dtype, core_dtype = _ML_DTYPES[name]
+            from . import _attnserve
 
-            return a.view(np.uint8)
-        except Exception:  # pragma: no cover - framework without a byte view
-            return a
+            return _attnserve._retyped(a, a.view(raw_dtype), core_dtype)
     return a
+
+
+# ml_dtypes dtype name -> (the NumPy dtype of its bytes, the core's dtype name)
+_ML_DTYPES = {"bfloat16": ("uint16", "bf16"), "float8_e4m3fn": ("uint8", "fp8_e4m3")}

@@ -146,7 +146,8 @@ def _empty(like, shape):
 
     if isinstance(like, np.ndarray):
         return np.empty(shape, dtype=like.dtype)
-    raise TypeError(f"attnserve: cannot allocate an output like a {type(like).__name__}: pass out=")
+    raise _attnserve.Error(f"attnserve: cannot allocate an output like a {type(like).__name__} (a JAX array or "
+                           f"another immutable type): pass argument 'out' (a writable array)")
 
 
 def _rows_2d(a):
@@ -189,7 +190,7 @@ def _kv_layers(pool, mla: bool, num_layers=None):
             ks = [p[0] for p in pairs]
             vs = [p[1] for p in pairs]
     else:
-        raise TypeError("attnserve: token_to_kv_pool must be a list of per-layer buffers, an attnserve MhaKvPool / "
+        raise _attnserve.Error("attnserve: argument 'token_to_kv_pool' must be a list of per-layer buffers, an attnserve MhaKvPool / "
                         "MlaKvPool, or a pool with get_kv_buffer(layer_id) / get_key_buffer(layer_id)")
     if mla:
         ks = [_rows_2d(k) for k in ks]
@@ -284,7 +285,7 @@ class _Backend:
                                                  encoder_lens=None, forward_mode=None, spec_info=None):
         """The seeds' arguments; only bs, num_tokens and forward_mode matter (capture writes padding)."""
         if forward_mode is None:
-            raise ValueError("attnserve: init_forward_metadata_capture_cuda_graph needs forward_mode")
+            raise _attnserve.Error("attnserve: init_forward_metadata_capture_cuda_graph needs argument 'forward_mode'")
         self._core.init_forward_metadata_capture_cuda_graph(bs, num_tokens, forward_mode, stream=self._stream())
 
     def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices=None, seq_lens=None, seq_lens_sum=None,

@@ -118,8 +118,8 @@ void bind_backend_methods(nb::class_<Backend>& c) {
   auto add_forward = [&c](const char* name, TensorView (Backend::*fn)(const ForwardArgs&, const LayerSpec&, Stream)) {
     c.def(
         name,
-        [fn](Backend& b, nb::ndarray<> q, nb::ndarray<> out, int layer_id, OptArray k, OptArray v, OptArray q_rope,
-             OptArray k_rope, OptArray out_cache_loc, bool save_kv_cache, OptArray topk_indices,
+        [fn](Backend& b, RoArray q, Array out, int layer_id, OptRoArray k, OptRoArray v, OptRoArray q_rope,
+             OptRoArray k_rope, OptRoArray out_cache_loc, bool save_kv_cache, OptRoArray topk_indices,
              std::optional<float> scaling, std::optional<float> logit_cap, std::optional<int> sliding_window_size,
              bool use_irope, std::optional<float> k_scale, std::optional<float> v_scale, uintptr_t stream) {
           const ForwardArgs a{.q = to_view(q), .out = to_view(out), .k = to_view(k), .v = to_view(v),
@@ -296,7 +296,7 @@ void bind_backend(nb::module_& m) {
            [](nb::handle self) { return to_python(nb::cast<SparseBackend&>(self).get_seqlens_expanded(), self); })
       .def(
           "topk_transform",
-          [](nb::handle self, nb::ndarray<> logits, int topk, OptArray row_starts, uintptr_t stream) {
+          [](nb::handle self, RoArray logits, int topk, OptRoArray row_starts, uintptr_t stream) {
             SparseBackend& b = nb::cast<SparseBackend&>(self);
             return to_python(b.topk_transform(to_view(logits), topk, to_stream(stream), to_view(row_starts)), self);
           },

@@ -69,10 +69,18 @@ void bind_kv(nb::module_& m) {
            },
            arg("num_layers"), arg("num_slots"), arg("h_kv"), arg("head_dim"), arg("head_dim_v"),
            arg("dtype") = "bf16", arg("device") = "cpu", arg("k_scale") = 1.f, arg("v_scale") = 1.f)
-      .def("k", [](nb::handle self, int64_t l) { return to_python(nb::cast<MhaKvPool&>(self).k(l), self); })
-      .def("v", [](nb::handle self, int64_t l) { return to_python(nb::cast<MhaKvPool&>(self).v(l), self); })
-      .def("k_paged", [](nb::handle self, int64_t l, int ps) { return to_python(nb::cast<MhaKvPool&>(self).k_paged(l, ps), self); })
-      .def("v_paged", [](nb::handle self, int64_t l, int ps) { return to_python(nb::cast<MhaKvPool&>(self).v_paged(l, ps), self); })
+      .def("k", [](nb::handle self, int64_t l) { return to_python(nb::cast<MhaKvPool&>(self).k(l), self); },
+           arg("layer"), "K of one layer: [num_slots, h_kv, head_dim] in the pool's dtype."" A view of the pool's memory (no copy) that keeps the pool alive: a NumPy array on the CPU (bf16 as "
+           "ml_dtypes.bfloat16, fp8 as ml_dtypes.float8_e4m3fn), an attnserve.ArrayView on a GPU.")
+      .def("v", [](nb::handle self, int64_t l) { return to_python(nb::cast<MhaKvPool&>(self).v(l), self); },
+           arg("layer"), "V of one layer: [num_slots, h_kv, head_dim_v] in the pool's dtype."" A view of the pool's memory (no copy) that keeps the pool alive: a NumPy array on the CPU (bf16 as "
+           "ml_dtypes.bfloat16, fp8 as ml_dtypes.float8_e4m3fn), an attnserve.ArrayView on a GPU.")
+      .def("k_paged", [](nb::handle self, int64_t l, int ps) { return to_python(nb::cast<MhaKvPool&>(self).k_paged(l, ps), self); },
+           arg("layer"), arg("page_size"), "K as pages: [num_slots / page_size, page_size, h_kv, head_dim]."" A view of the pool's memory (no copy) that keeps the pool alive: a NumPy array on the CPU (bf16 as "
+           "ml_dtypes.bfloat16, fp8 as ml_dtypes.float8_e4m3fn), an attnserve.ArrayView on a GPU.")
+      .def("v_paged", [](nb::handle self, int64_t l, int ps) { return to_python(nb::cast<MhaKvPool&>(self).v_paged(l, ps), self); },
+           arg("layer"), arg("page_size"), "V as pages: [num_slots / page_size, page_size, h_kv, head_dim_v]."" A view of the pool's memory (no copy) that keeps the pool alive: a NumPy array on the CPU (bf16 as "
+           "ml_dtypes.bfloat16, fp8 as ml_dtypes.float8_e4m3fn), an attnserve.ArrayView on a GPU.")
       .def("k_scale", &MhaKvPool::k_scale)
       .def("v_scale", &MhaKvPool::v_scale)
       .def_prop_ro("num_layers", &MhaKvPool::num_layers)
@@ -87,7 +95,9 @@ void bind_kv(nb::module_& m) {
              new (self) MlaKvPool(layers, slots, f, parse_device(device));
            },
            arg("num_layers"), arg("num_slots"), arg("format") = MlaCacheFormat::bf16, arg("device") = "cpu")
-      .def("cache", [](nb::handle self, int64_t l) { return to_python(nb::cast<MlaKvPool&>(self).cache(l), self); })
+      .def("cache", [](nb::handle self, int64_t l) { return to_python(nb::cast<MlaKvPool&>(self).cache(l), self); },
+           arg("layer"), "The latent cache of one layer: [num_slots, 576] bf16 or [num_slots, 656] uint8 (FP8-656)."" A view of the pool's memory (no copy) that keeps the pool alive: a NumPy array on the CPU (bf16 as "
+           "ml_dtypes.bfloat16, fp8 as ml_dtypes.float8_e4m3fn), an attnserve.ArrayView on a GPU.")
       .def_prop_ro("num_layers", &MlaKvPool::num_layers)
       .def_prop_ro("num_slots", &MlaKvPool::num_slots)
       .def_prop_ro("bytes", &MlaKvPool::bytes);
@@ -98,7 +108,9 @@ void bind_kv(nb::module_& m) {
              new (self) IndexerKeyPool(layers, pages, ps, parse_device(device));
            },
            arg("num_layers"), arg("num_pages"), arg("page_size"), arg("device") = "cpu")
-      .def("cache", [](nb::handle self, int64_t l) { return to_python(nb::cast<IndexerKeyPool&>(self).cache(l), self); })
+      .def("cache", [](nb::handle self, int64_t l) { return to_python(nb::cast<IndexerKeyPool&>(self).cache(l), self); },
+           arg("layer"), "The indexer keys of one layer: [num_pages, page_size * 132] uint8."" A view of the pool's memory (no copy) that keeps the pool alive: a NumPy array on the CPU (bf16 as "
+           "ml_dtypes.bfloat16, fp8 as ml_dtypes.float8_e4m3fn), an attnserve.ArrayView on a GPU.")
       .def_prop_ro("num_layers", &IndexerKeyPool::num_layers)
       .def_prop_ro("num_pages", &IndexerKeyPool::num_pages)
       .def_prop_ro("num_slots", &IndexerKeyPool::num_slots)

@@ -1,6 +1,7 @@
 // Python bindings of the planners. Batch inputs are host integer sequences (lists or NumPy arrays);
 // the metadata comes back as a dict of arrays that view the planner's buffers (kept alive by it) and
-// host ints. Eager metadata is valid until the planner's next call, as in C++ (plan.h).
+// host ints. Eager metadata is valid until the planner's next call, as in C++ (plan.h), unless
+// plan(copy=True) asked for arrays of their own.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -18,7 +19,7 @@ using IntList = std::optional<std::vector<int32_t>>;
 // Owns the host arrays a BatchSpec points into for the duration of one call.
 struct BatchArgs {
   std::vector<int32_t> seq_lens, req_pool_indices, extend_seq_lens, extend_prefix_lens, draft_slots;
-  BatchSpec spec(ForwardMode mode, const nb::ndarray<>& req_to_token) const {
+  BatchSpec spec(ForwardMode mode, const RoArray& req_to_token) const {
     return BatchSpec{.mode = mode, .seq_lens = seq_lens, .req_pool_indices = req_pool_indices,
                      .extend_seq_lens = extend_seq_lens, .extend_prefix_lens = extend_prefix_lens,
                      .draft_slots = draft_slots, .req_to_token = to_view(req_to_token)};
@@ -44,16 +45,24 @@ void bind_planner_methods(nb::class_<Planner>& c) {
       .def(
           "plan",
           [](nb::handle self, ForwardMode mode, std::vector<int32_t> seq_lens, std::vector<int32_t> req_pool_indices,
-             nb::ndarray<> req_to_token, IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots,
-             uintptr_t stream) {
+             RoArray req_to_token, IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots,
+             uintptr_t stream, bool copy) {
             Planner& p = nb::cast<Planner&>(self);
             BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
                                      std::move(extend_prefix_lens), std::move(draft_slots));
-            return metadata_dict(p.plan(b.spec(mode, req_to_token), to_stream(stream)), self);
+            const auto& md = p.plan(b.spec(mode, req_to_token), to_stream(stream));
+            return copy ? copied_metadata(md, to_stream(stream)) : metadata_dict(md, self);
           },
           arg("mode"), arg("seq_lens"), arg("req_pool_indices"), arg("req_to_token"), nb::kw_only(),
           arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
-          arg("draft_slots") = nb::none(), arg("stream") = 0, "Eager metadata for one batch.")
+          arg("draft_slots") = nb::none(), arg("stream") = 0, arg("copy") = false,
+          "Eager metadata for one batch: a dict of arrays and ints with the seeds' field names.\n\n"
+          "seq_lens [bs], req_pool_indices [bs] (and extend_seq_lens / extend_prefix_lens [bs] for extend,\n"
+          "draft_slots for draft modes) are host int sequences; req_to_token is the [rows, max_context] i32\n"
+          "table (ReqToTokenPool.table). The arrays (i32, on the planner's device) are VIEWS of the\n"
+          "planner's buffers: the planner's next plan/capture/replay overwrites them. Pass copy=True for\n"
+          "arrays of their own (fresh buffers; waits for the copy on `stream`), or copy them yourself.\n"
+          "A planner is not thread-safe: one thread per planner.")
       .def(
           "capture",
           [](nb::handle self, int bs, ForwardMode mode, uintptr_t stream) {
@@ -64,7 +73,7 @@ void bind_planner_methods(nb::class_<Planner>& c) {
       .def(
           "replay",
           [](nb::handle self, int bs, ForwardMode mode, std::vector<int32_t> seq_lens,
-             std::vector<int32_t> req_pool_indices, nb::ndarray<> req_to_token, IntList extend_seq_lens,
+             std::vector<int32_t> req_pool_indices, RoArray req_to_token, IntList extend_seq_lens,
              IntList extend_prefix_lens, IntList draft_slots, uintptr_t stream) {
             Planner& p = nb::cast<Planner&>(self);
             BatchArgs b = batch_args(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
@@ -116,14 +125,16 @@ void bind_plan(nb::module_& m) {
 
   m.def(
       "transform_index_page_table",
-      [](nb::ndarray<> page_table_1, nb::ndarray<> topk_indices, nb::ndarray<> out, OptArray cu_seqlens_q,
+      [](RoArray page_table_1, RoArray topk_indices, Array out, OptRoArray cu_seqlens_q,
          uintptr_t stream) {
         transform_index_page_table({.page_table_1 = to_view(page_table_1), .topk_indices = to_view(topk_indices),
                                     .out = to_view(out), .cu_seqlens_q = to_view(cu_seqlens_q)},
                                    to_stream(stream));
       },
       arg("page_table_1"), arg("topk_indices"), arg("out"), arg("cu_seqlens_q") = nb::none(), nb::kw_only(),
-      arg("stream") = 0, "Top-k positions -> token slots through page_table_1 (-1 kept).");
+      arg("stream") = 0, "Top-k positions -> token slots through page_table_1 (-1 kept).\n\n"
+      "page_table_1 [b, W] i32; topk_indices [rows, topk] i32; out [rows, topk] i32 (written);\n"
+      "cu_seqlens_q [b + 1] i32 (rows of each request; without it row i uses page_table_1 row i).");
 }
 
 }  // namespace attnserve::py

@@ -2,7 +2,79 @@
 
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+#include <vector>
+
 namespace attnserve::py {
+namespace {
+
+// Owns the buffers of a copied metadata dict (the arrays' owner on the Python side).
+struct MetadataCopy {
+  std::vector<Buffer> buffers;
+  MetadataCopy() = default;
+  MetadataCopy(const MetadataCopy&) = delete;  // owns device memory (vector<Buffer> only looks copyable)
+
+  // A contiguous copy of v on its device (rows copied one by one when v is a strided table).
+  TensorView copy_of(const TensorView& v, Stream stream) {
+    if (v.empty_view()) return v;
+    Buffer& b = buffers.emplace_back(std::max<size_t>(v.nbytes(), 1), v.device);
+    TensorView dst = TensorView::contiguous(b.data(), v.dtype, v.shape.data(), v.ndim, v.device);
+    if (v.is_contiguous() || v.numel() == 0) {
+      copy_async(dst, v, stream);
+    } else {
+      ATTNSERVE_CHECK(v.ndim == 2, "metadata copy: a strided view of ", v.ndim, " dims");
+      for (int64_t r = 0; r < v.shape[0]; ++r) copy_async(dst.select(0, r), v.select(0, r), stream);
+    }
+    return dst;
+  }
+};
+
+// Copies aliased views once, so aliases stay aliases in the copy (cu_seqlens_q may be cu_seqlens_k).
+struct CopyAll {
+  MetadataCopy& c;
+  Stream stream;
+  std::vector<std::pair<const void*, TensorView>> done;
+  void operator()(TensorView& v) {
+    for (auto& [src, dst] : done)
+      if (src == v.data && !v.empty_view() && dst.ndim == v.ndim && dst.shape == v.shape) { v = dst; return; }
+    const void* src = v.data;
+    v = c.copy_of(v, stream);
+    done.emplace_back(src, v);
+  }
+};
+
+template <class Meta, class Fn>
+nb::dict copied(Meta m, Stream stream, Fn&& visit_views) {
+  auto holder = std::make_unique<MetadataCopy>();
+  CopyAll copy{*holder, stream, {}};
+  visit_views(m, copy);
+  stream_synchronize(stream);
+  nb::object owner = nb::cast(holder.release(), nb::rv_policy::take_ownership);
+  return metadata_dict(m, owner);
+}
+
+}  // namespace
+
+void bind_metadata_copy(nb::module_& m) {
+  nb::class_<MetadataCopy>(m, "_MetadataCopy", "Owns the buffers of a plan(copy=True) result.");
+}
+
+nb::dict copied_metadata(const DenseMetadata& md, Stream stream) {
+  return copied(md, stream, [](DenseMetadata& m, CopyAll& c) {
+    c(m.cache_seqlens_int32), c(m.cu_seqlens_q), c(m.cu_seqlens_k), c(m.page_table);
+    if (m.has_local_attn) {
+      LocalAttentionMetadata& l = m.local_attn_metadata;
+      c(l.local_query_start_loc), c(l.local_seqused_k), c(l.local_block_table);
+    }
+  });
+}
+
+nb::dict copied_metadata(const SparseMetadata& md, Stream stream) {
+  return copied(md, stream, [](SparseMetadata& m, CopyAll& c) {
+    c(m.cache_seqlens_int32), c(m.cu_seqlens_q), c(m.cu_seqlens_k), c(m.page_table_1), c(m.real_page_table);
+    c(m.nsa_seqlens_expanded), c(m.nsa_cache_seqlens_int32), c(m.nsa_cu_seqlens_q), c(m.nsa_cu_seqlens_k);
+  });
+}
 
 nb::dict metadata_dict(const DenseMetadata& m, nb::handle owner) {
   nb::dict d;

@@ -1,5 +1,7 @@
 // The extension module attnserve._attnserve.
+#include "attnserve/version.h"
 #include "convert.h"
+#include "metadata_dict.h"
 #include "views.h"
 
 namespace attnserve::py {
@@ -24,9 +26,12 @@ void bind_core(nb::module_& m) {
 
 NB_MODULE(_attnserve, m) {
   m.doc() = "attnserve: attention layer of an LLM serving engine (C++ core)";
+  m.attr("__version__") = ATTNSERVE_VERSION_STRING;  // attnserve/version.h, from CMakeLists.txt's VERSION
   attnserve::py::bind_core(m);
+  attnserve::py::bind_array_view(m);
   attnserve::py::bind_ops(m);
   attnserve::py::bind_kv(m);
+  attnserve::py::bind_metadata_copy(m);
   attnserve::py::bind_plan(m);
   attnserve::py::bind_backend(m);
   attnserve::py::bind_index_k_gather(m);

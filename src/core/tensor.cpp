@@ -162,6 +162,13 @@ void check_last_dim_contiguous(std::string_view op, std::string_view arg, const 
                   "' must be contiguous in its last dim (stride ", t.ndim ? t.strides[t.ndim - 1] : 0, ")");
 }
 
+void check_output(std::string_view op, std::string_view arg, const TensorView& t) {
+  for (int d = 0; d < t.ndim; ++d)
+    ATTNSERVE_CHECK(t.shape[d] <= 1 || t.strides[d] != 0, op, ": output '", arg, "' has stride 0 in dim ", d,
+                    " (size ", t.shape[d], "): its elements would overwrite each other; pass a writable array "
+                    "that is not a broadcast view");
+}
+
 int32_t narrow_i32(int64_t v, std::string_view what) {
   ATTNSERVE_CHECK(v >= INT32_MIN && v <= INT32_MAX, what, " = ", v, " does not fit in int32");
   return int32_t(v);

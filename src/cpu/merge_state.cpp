@@ -1,6 +1,8 @@
 // CPU oracle of merging partial attention states (out, lse) over disjoint key sets:
 //   s = log(sum_i exp(s_i)),  v = sum_i v_i * exp(s_i - s).
-// Parts with s_i = -inf are skipped (their v_i is never read); if all are, v = 0 and s = -inf.
+// Parts with an infinite s_i of either sign are empty ("no keys": FlashMLA reports +inf for an empty
+// row, FA3 and attnserve -inf; SEED_NOTES 19) and skipped (their v_i is never read); if all are,
+// v = 0 and s = -inf.
 // The math is in double: it costs nothing here and keeps the oracle exact enough to check others.
 #include <cmath>
 #include <limits>
@@ -14,9 +16,10 @@ namespace attnserve::cpu {
 namespace {
 
 // Merges the parts of one (token, head): part_v[i] is a view [d] of part i, part_s[i] its lse.
-void merge_one(const std::vector<TensorView>& part_v, const std::vector<double>& part_s, const TensorView& v_out,
+void merge_one(const std::vector<TensorView>& part_v, std::vector<double> part_s, const TensorView& v_out,
                void* s_out, DType s_out_dtype, int64_t s_out_offset) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
+  for (double& s : part_s) s = std::isinf(s) ? neg_inf : s;
   const int64_t d = v_out.size(0);
   double s_max = neg_inf;
   for (double s : part_s) s_max = std::max(s_max, s);

@@ -48,7 +48,10 @@ void SlotAllocator::check_last_loc(const char* op, size_t i, int64_t prefix_len,
 }
 
 std::vector<int32_t> SlotAllocator::alloc_extend(std::span<const ExtendRequest> reqs) {
-  const char* op = "SlotAllocator::alloc_extend";
+  return alloc_slots("SlotAllocator::alloc_extend", reqs);
+}
+
+std::vector<int32_t> SlotAllocator::alloc_slots(const char* op, std::span<const ExtendRequest> reqs) {
   // Pass 1: validate and count; nothing changes until every request checks out and pages suffice.
   int64_t pages_needed = 0, total_tokens = 0;
   std::vector<int64_t> continued_pages;
@@ -95,7 +98,7 @@ std::vector<int32_t> SlotAllocator::alloc_decode(std::span<const DecodeRequest> 
                     reqs[i].seq_len, " (decode needs at least one cached token)");
   std::vector<ExtendRequest> ext(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) ext[i] = {reqs[i].seq_len, reqs[i].last_loc, 1};
-  return alloc_extend(ext);
+  return alloc_slots("SlotAllocator::alloc_decode", ext);
 }
 
 void SlotAllocator::free(std::span<const int32_t> slots) {

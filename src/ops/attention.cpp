@@ -103,6 +103,7 @@ void validate(const PagedAttentionArgs& a) {
   check_tensor(kPaged, "v_cache", a.v_cache, {a.k_cache.dtype}, {num_pages, page_size, h_kv, -1});
   const int64_t d_v = a.v_cache.size(3);
   check_activation(kPaged, "out", a.out, device, {total_q, h_q, d_v});
+  check_output(kPaged, "out", a.out);
   ATTNSERVE_CHECK(a.out.dtype == a.q.dtype, kPaged, ": argument 'out' has dtype ", dtype_name(a.out.dtype),
                   ", expected q's dtype ", dtype_name(a.q.dtype));
   check_last_dim_contiguous(kPaged, "k_cache", a.k_cache);
@@ -110,6 +111,7 @@ void validate(const PagedAttentionArgs& a) {
   check_index_tensors(kPaged, a.page_table, a.cache_seqlens, a.cu_seqlens_q);
   const int64_t b = a.page_table.size(0);
   check_optional_tensor(kPaged, "lse", a.lse, {DType::f32}, {total_q, h_q});
+  check_output(kPaged, "lse", a.lse);
   check_optional_tensor(kPaged, "k_descale", a.k_descale, {DType::f32}, {b, h_kv});
   check_optional_tensor(kPaged, "v_descale", a.v_descale, {DType::f32}, {b, h_kv});
   const bool fp8 = a.k_cache.dtype == DType::fp8_e4m3;
@@ -140,10 +142,12 @@ void validate(const MlaAttentionArgs& a) {
   const int64_t num_pages = a.kv_cache.size(0), page_size = a.kv_cache.size(1);
   ATTNSERVE_CHECK(page_size >= 1, kMla, ": argument 'kv_cache' has page_size ", page_size, ", expected >= 1");
   check_activation(kMla, "out", a.out, device, {total_q, h_q, d_v});
+  check_output(kMla, "out", a.out);
   ATTNSERVE_CHECK(a.out.dtype == a.q_nope.dtype, kMla, ": argument 'out' has dtype ", dtype_name(a.out.dtype),
                   ", expected q_nope's dtype ", dtype_name(a.q_nope.dtype));
   check_index_tensors(kMla, a.page_table, a.cache_seqlens, a.cu_seqlens_q);
   check_optional_tensor(kMla, "lse", a.lse, {DType::f32}, {total_q, h_q});
+  check_output(kMla, "lse", a.lse);
   check_attention_options(kMla, a.softmax_scale, a.window_left, a.window_right, a.softcap, a.max_seqlen_q);
   check_same_device(kMla, {&a.q_nope, &a.q_rope, &a.kv_cache, &a.page_table, &a.cache_seqlens, &a.cu_seqlens_q,
                            &a.out, &a.lse});
@@ -161,7 +165,9 @@ void validate(const MergeStateArgs& a) {
   check_tensor(kMerge, "v_b", a.v_b, {a.v_a.dtype}, {tokens, heads, d});
   check_tensor(kMerge, "s_b", a.s_b, {DType::f32}, {tokens, heads});
   check_tensor(kMerge, "v_out", a.v_out, {a.v_a.dtype}, {tokens, heads, d});
+  check_output(kMerge, "v_out", a.v_out);
   check_optional_tensor(kMerge, "s_out", a.s_out, {DType::f32}, {tokens, heads});
+  check_output(kMerge, "s_out", a.s_out);
   check_last_dim_contiguous(kMerge, "v_a", a.v_a);
   check_last_dim_contiguous(kMerge, "v_b", a.v_b);
   check_last_dim_contiguous(kMerge, "v_out", a.v_out);
@@ -174,7 +180,9 @@ void validate(const MergeStatesArgs& a) {
   check_tensor(kMergeN, "s_parts", a.s_parts, {DType::f32}, {n, tokens, heads});
   // The output may be narrower than the parts (f32 partials -> bf16 result).
   check_tensor(kMergeN, "v_out", a.v_out, {DType::bf16, DType::f16, DType::f32}, {tokens, heads, d});
+  check_output(kMergeN, "v_out", a.v_out);
   check_optional_tensor(kMergeN, "s_out", a.s_out, {DType::f32}, {tokens, heads});
+  check_output(kMergeN, "s_out", a.s_out);
   check_last_dim_contiguous(kMergeN, "v_parts", a.v_parts);
   check_last_dim_contiguous(kMergeN, "v_out", a.v_out);
   check_same_device(kMergeN, {&a.v_parts, &a.s_parts, &a.v_out, &a.s_out});

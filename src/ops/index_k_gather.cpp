@@ -18,7 +18,9 @@ void gather_index_k(const GatherIndexKArgs& a, Stream stream) {
   check_tensor(op, "slots", a.slots, {DType::i32, DType::i64}, {-1});
   const int64_t n = a.slots.size(0);
   check_tensor(op, "out_k", a.out_k, {DType::fp8_e4m3, DType::u8}, {n, kDim});
+  check_output(op, "out_k", a.out_k);
   check_tensor(op, "out_scale", a.out_scale, {DType::f32}, {n});
+  check_output(op, "out_scale", a.out_scale);
   check_same_device(op, {&a.index_k_cache, &a.slots, &a.out_k, &a.out_scale});
   // Pages may be strided (e.g. a slice of a wider pool), but each page's bytes must be contiguous.
   check_last_dim_contiguous(op, "index_k_cache", a.index_k_cache);

@@ -32,7 +32,9 @@ void quantize_fp8_groups(const QuantizeFp8Args& a, Stream stream) {
   const int64_t rows = a.x.size(0), dim = a.x.size(1);
   ATTNSERVE_CHECK(dim % a.group == 0, op, ": 'x' dim ", dim, " is not a multiple of 'group' ", a.group);
   check_tensor(op, "out", a.out, {DType::fp8_e4m3}, {rows, dim});
+  check_output(op, "out", a.out);
   check_tensor(op, "scales", a.scales, {DType::f32}, {rows, dim / a.group});
+  check_output(op, "scales", a.scales);
   check_same_device(op, {&a.x, &a.out, &a.scales});
   check_last_dim_contiguous(op, "x", a.x);
   check_last_dim_contiguous(op, "out", a.out);
@@ -55,6 +57,7 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace ws, Stream stream) {
   check_tensor(op, "ks", a.ks, {DType::i32}, {rows});
   check_tensor(op, "ke", a.ke, {DType::i32}, {rows});
   check_tensor(op, "logits", a.logits, {DType::f32}, {rows, num_keys});
+  check_output(op, "logits", a.logits);
   check_same_device(op, {&a.q, &a.weights, &a.k, &a.k_scale, &a.ks, &a.ke, &a.logits});
   check_optional_q_scale(op, a.q_scale, a.q);
   check_last_dim_contiguous(op, "q", a.q);
@@ -88,6 +91,7 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace ws, Stream stream) {
   check_tensor(op, "page_table", a.page_table, {DType::i32}, {b, -1});
   check_tensor(op, "seqlens", a.seqlens, {DType::i32}, {b});
   check_tensor(op, "logits", a.logits, {DType::f32}, {rows, -1});
+  check_output(op, "logits", a.logits);
   check_same_device(op, {&a.q, &a.weights, &a.index_k_cache, &a.page_table, &a.seqlens, &a.logits});
   check_optional_q_scale(op, a.q_scale, a.q);
   check_last_dim_contiguous(op, "q", a.q);
@@ -98,6 +102,10 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace ws, Stream stream) {
       const int64_t len = at_i32(a.seqlens, r);
       ATTNSERVE_CHECK(0 <= len && len <= max_context, op, ": 'seqlens'[", r, "] = ", len,
                       ", expected 0 <= seqlens <= max_context (logits width) = ", max_context);
+      // The next_n query rows of a request are its last next_n tokens, so a live request has at least
+      // next_n of them (0 = a padding request: all -inf). Shorter ones would fill rows with -inf silently.
+      ATTNSERVE_CHECK(len == 0 || len >= a.next_n, op, ": 'seqlens'[", r, "] = ", len, " is shorter than 'next_n' = ",
+                      a.next_n, " (its next_n query rows are its last tokens; 0 marks a padding request)");
       const int64_t pages = (len + a.page_size - 1) / a.page_size;
       ATTNSERVE_CHECK(pages <= max_pages, op, ": 'seqlens'[", r, "] = ", len, " needs ", pages,
                       " pages but 'page_table' has ", max_pages, " columns");

@@ -16,8 +16,10 @@ void set_kv_buffer(const StoreKvArgs& a, Stream stream) {
   check_tensor(op, "v", a.v, {DType::bf16, DType::f16, DType::f32}, {n, h_kv, -1});
   const int64_t d_v = a.v.size(2);
   check_tensor(op, "k_cache", a.k_cache, {DType::bf16, DType::f16, DType::fp8_e4m3}, {-1, h_kv, d});
+  check_output(op, "k_cache", a.k_cache);
   const int64_t num_slots = a.k_cache.size(0);
   check_tensor(op, "v_cache", a.v_cache, {a.k_cache.dtype}, {num_slots, h_kv, d_v});
+  check_output(op, "v_cache", a.v_cache);
   check_tensor(op, "loc", a.loc, {DType::i32, DType::i64}, {n});
   check_same_device(op, {&a.k, &a.v, &a.k_cache, &a.v_cache, &a.loc});
   for (auto [name, t] : {std::pair{"k", &a.k}, {"v", &a.v}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache},
@@ -44,6 +46,7 @@ void set_mla_kv_buffer(const StoreMlaArgs& a, Stream stream) {
   check_tensor(op, "cache", a.cache, {DType::bf16, DType::u8}, {-1, -1});
   // bf16 rows hold [kv_c | k_rope] = 576 values; u8 rows are the FP8 format of 656 bytes.
   check_tensor(op, "cache", a.cache, {a.cache.dtype}, {-1, a.cache.dtype == DType::bf16 ? 576 : 656});
+  check_output(op, "cache", a.cache);
   check_tensor(op, "loc", a.loc, {DType::i32, DType::i64}, {n});
   check_same_device(op, {&a.kv_c, &a.k_rope, &a.cache, &a.loc});
   for (auto [name, t] : {std::pair{"kv_c", &a.kv_c}, {"k_rope", &a.k_rope}, {"cache", &a.cache}, {"loc", &a.loc}})
@@ -61,6 +64,7 @@ void set_index_k(const StoreIndexKArgs& a, Stream stream) {
   check_tensor(op, "k", a.k, {DType::bf16, DType::f32}, {-1, 128});
   const int64_t n = a.k.size(0);
   check_tensor(op, "index_k_cache", a.index_k_cache, {DType::u8}, {-1, int64_t(a.page_size) * 132});
+  check_output(op, "index_k_cache", a.index_k_cache);
   check_tensor(op, "loc", a.loc, {DType::i32, DType::i64}, {n});
   check_same_device(op, {&a.k, &a.index_k_cache, &a.loc});
   for (auto [name, t] : {std::pair{"k", &a.k}, {"index_k_cache", &a.index_k_cache}, {"loc", &a.loc}})

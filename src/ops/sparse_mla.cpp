@@ -42,10 +42,13 @@ void validate_shapes(const SparseMlaArgs& a) {
 
   check_tensor(kOp, "indices", a.indices, {DType::i32}, {rows, -1});
   check_tensor(kOp, "out", a.out, {a.q.dtype}, {rows, h_q, kDimV});
+  check_output(kOp, "out", a.out);
   check_optional_tensor(kOp, "topk_length", a.topk_length, {DType::i32}, {rows});
   check_optional_tensor(kOp, "attn_sink", a.attn_sink, {DType::f32}, {h_q});
   check_optional_tensor(kOp, "lse", a.lse, {DType::f32}, {rows, h_q});
+  check_output(kOp, "lse", a.lse);
   check_optional_tensor(kOp, "max_logits", a.max_logits, {DType::f32}, {rows, h_q});
+  check_output(kOp, "max_logits", a.max_logits);
 
   const Device device = a.q.device;
   check_on_device(a.kv, "kv", device);

@@ -36,6 +36,7 @@ void validate(const TopkArgs& a) {
   check_last_dim_contiguous(kOp, "scores", a.scores);
   check_tensor(kOp, "lengths", a.lengths, {DType::i32}, {rows});
   check_tensor(kOp, "out", a.out, {DType::i32}, {rows, a.topk});
+  check_output(kOp, "out", a.out);
   check_optional_tensor(kOp, "row_starts", a.row_starts, {DType::i32}, {rows});
   switch (a.transform) {
     case TopkTransform::none:

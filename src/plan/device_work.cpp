@@ -26,6 +26,7 @@ void transform_index_page_table(const TransformIndexArgs& a, Stream stream) {
   check_tensor(op, "page_table_1", a.page_table_1, {DType::i32}, {-1, -1});
   check_tensor(op, "topk_indices", a.topk_indices, {DType::i32}, {-1, -1});
   check_tensor(op, "out", a.out, {DType::i32}, {a.topk_indices.size(0), a.topk_indices.size(1)});
+  check_output(op, "out", a.out);
   check_optional_tensor(op, "cu_seqlens_q", a.cu_seqlens_q, {DType::i32}, {a.page_table_1.size(0) + 1});
   check_same_device(op, {&a.page_table_1, &a.topk_indices, &a.out});
   if (!a.cu_seqlens_q.empty_view()) {
@@ -33,8 +34,8 @@ void transform_index_page_table(const TransformIndexArgs& a, Stream stream) {
     ATTNSERVE_CHECK(a.cu_seqlens_q.is_contiguous(), op, ": argument 'cu_seqlens_q' must be contiguous");
   } else {
     ATTNSERVE_CHECK(a.page_table_1.size(0) == a.topk_indices.size(0), op,
-                    ": decode rows (no cu_seqlens_q) need one page_table_1 row per query row: page_table_1 has ",
-                    a.page_table_1.size(0), " rows, topk_indices ", a.topk_indices.size(0));
+                    ": decode rows (no 'cu_seqlens_q') need one 'page_table_1' row per query row: 'page_table_1' has ",
+                    a.page_table_1.size(0), " rows, 'topk_indices' ", a.topk_indices.size(0));
   }
   check_last_dim_contiguous(op, "page_table_1", a.page_table_1);
   check_last_dim_contiguous(op, "topk_indices", a.topk_indices);

@@ -212,6 +212,7 @@ void SparsePlanner::Impl::fill(const RequestLayout& L, SparseMetadata& meta, boo
                       : cu_q_kind == CuQ::alias_k     ? meta.cu_seqlens_k
                                                       : arena.view(o_cu_q, {bs + 1});
   meta.max_seq_len_q = cu_q_kind == CuQ::alias_k ? L.max_kv : (cu_q_kind == CuQ::written ? L.max_q : 1);
+  if (m == ForwardMode::idle) meta.max_seq_len_q = 1;  // the seed's decode/idle branch says 1 (SEED_NOTES 18)
   meta.max_seq_len_k = L.max_kv;
   meta.page_table_1 = table_view(page_table_1, R, width_1);
   meta.real_page_table = P > 1 ? table_view(real_page_table, R, width_p) : meta.page_table_1;

@@ -346,7 +346,10 @@ inline void check_sparse(const SparseMetadata& m, const TestBatch& b, const Test
     EXPECT_EQ(m.max_seq_len_k, max_k);
     EXPECT_EQ(m.page_table_1.size(1), max_k);
     EXPECT_EQ(m.real_page_table.size(1), (max_k + P - 1) / P);
-    EXPECT_EQ(m.max_seq_len_q, (b.mode == ForwardMode::extend && m.cu_seqlens_q.data == m.cu_seqlens_k.data) ? max_k : max_q);
+    // Idle: 1, as the seed's decode/idle branch (SEED_NOTES 18).
+    EXPECT_EQ(m.max_seq_len_q, b.mode == ForwardMode::idle ? 1
+                               : (b.mode == ForwardMode::extend && m.cu_seqlens_q.data == m.cu_seqlens_k.data) ? max_k
+                                                                                                             : max_q);
     EXPECT_EQ(m.num_rows, h.cu_q.back());
   } else {
     EXPECT_GE(m.max_seq_len_k, max_k);

@@ -171,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(Indexer, IndexerPaged,
 TEST(IndexerPagedEdge, ZeroLenKvAndShortRequests) {
   auto g = rng_for_test();
   run_paged_case({0, 1, 3}, 1, 4, 5, g);   // zero_len_kv: the first row is all -inf
-  run_paged_case({1, 2, 6}, 3, 2, 3, g);   // fewer keys than next_n: early rows see nothing
+  run_paged_case({0, 3, 6}, 3, 2, 3, g);   // a padding request (0) and one of exactly next_n tokens
 }
 
 TEST(IndexerPagedEdge, LongContextSpansColumnBlocks) {
@@ -204,6 +204,9 @@ TEST(IndexerPagedEdge, BadArgumentsNameTheArgument) {
   kp.page_table.ptr<int32_t>()[3 + 1] = 1000;  // request 1, page 1: outside the pool
   expect_error_naming([&] { indexer_paged(ok); }, "'page_table'");
   kp.page_table.ptr<int32_t>()[3 + 1] = saved;
+  sl.ptr<int32_t>()[0] = 1;  // shorter than next_n = 2: its first query row would see no key
+  expect_error_naming([&] { indexer_paged(ok); }, "'seqlens'");
+  sl.ptr<int32_t>()[0] = 5;
   HostTensor short_table(DType::i32, {2, 1});
   a = ok, a.page_table = short_table.view;
   expect_error_naming([&] { indexer_paged(a); }, "'page_table'");

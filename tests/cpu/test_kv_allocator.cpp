@@ -114,7 +114,7 @@ TEST(KvSlotAllocator, ExhaustionErrorLeavesStateUnchanged) {
   const SlotAllocator before = a;
   // 3 requests need 1 (rest of page 2 is 2 slots, 3 more -> 1 page) + 2 + 1 = 4 pages; 3 free.
   std::vector<Ext> big{{6, s.back(), 5}, {0, -1, 8}, {0, -1, 1}};
-  expect_error([&] { a.alloc_extend(big); }, {"needs 4 new pages", "only 3 are free"});
+  expect_error([&] { a.alloc_extend(big); }, {"SlotAllocator::alloc_extend", "needs 4 new pages", "only 3 are free"});
   EXPECT_EQ(a.available_pages(), before.available_pages());
   for (int64_t p = 0; p < a.num_pages(); ++p) EXPECT_EQ(a.page_allocated(p), before.page_allocated(p)) << p;
   // Decode exhaustion too.
@@ -122,7 +122,7 @@ TEST(KvSlotAllocator, ExhaustionErrorLeavesStateUnchanged) {
   a.alloc_extend(fill);  // pages 3, 4, 5: all gone
   EXPECT_EQ(a.available_pages(), 0);
   std::vector<Dec> dec{{6, s.back()}, {12, 23}};  // first continues page 2; second needs a page
-  expect_error([&] { a.alloc_decode(dec); }, {"needs 1 new pages", "only 0 are free"});
+  expect_error([&] { a.alloc_decode(dec); }, {"SlotAllocator::alloc_decode", "needs 1 new pages", "only 0 are free"});
   // A smaller allocation still succeeds (continuing a partial page needs no new page).
   std::vector<Dec> small{{6, s.back()}};
   EXPECT_EQ(a.alloc_decode(small), (std::vector<int32_t>{10}));
@@ -131,7 +131,7 @@ TEST(KvSlotAllocator, ExhaustionErrorLeavesStateUnchanged) {
 TEST(KvSlotAllocator, SmallerAllocSucceedsAfterExhaustion) {
   SlotAllocator a(4 * 4, 4);  // 3 usable pages
   std::vector<Ext> big{{0, -1, 13}};
-  expect_error([&] { a.alloc_extend(big); }, {"needs 4 new pages", "only 3 are free"});
+  expect_error([&] { a.alloc_extend(big); }, {"SlotAllocator::alloc_extend", "needs 4 new pages", "only 3 are free"});
   EXPECT_EQ(a.available_pages(), 3);
   std::vector<Ext> fits{{0, -1, 12}};
   EXPECT_EQ(a.alloc_extend(fits), range(4, 16));

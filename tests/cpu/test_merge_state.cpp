@@ -134,10 +134,14 @@ TEST(MergeState, FourSplitsMergeStatesEqualFullAttention) {
   }
 }
 
-TEST(MergeState, NegInfPartsContributeNothing) {
+// An empty part is marked by an infinite LSE of either sign: -inf (FA3, attnserve) or +inf (FlashMLA,
+// SEED_NOTES 19). Both contribute nothing; token 6 mixes the two signs.
+TEST(MergeState, InfinitePartsOfEitherSignContributeNothing) {
   auto g = rng_for_test();
   const int64_t tokens = 9, heads = 3, d = 40;
+  for (float empty : {-INFINITY, INFINITY})
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(empty);
     HostTensor v_a(t, {tokens, heads, d}), v_b(t, {tokens, heads, d}), v_out(t, {tokens, heads, d});
     HostTensor s_a(DType::f32, {tokens, heads}), s_b(DType::f32, {tokens, heads}), s_out(DType::f32, {tokens, heads});
     fill_uniform(v_a, g);
@@ -146,8 +150,9 @@ TEST(MergeState, NegInfPartsContributeNothing) {
     fill_uniform(s_b, g, -5.f, 5.f);
     // Tokens 0-2: a is -inf; 3-5: b is -inf; 6: both; 7-8: neither.
     for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t tok : {0, 1, 2, 6}) s_a.set(tok * heads + h, -INFINITY);
-      for (int64_t tok : {3, 4, 5, 6}) s_b.set(tok * heads + h, -INFINITY);
+      for (int64_t tok : {0, 1, 2, 6}) s_a.set(tok * heads + h, empty);
+      for (int64_t tok : {3, 4, 5}) s_b.set(tok * heads + h, empty);
+      s_b.set(6 * heads + h, -empty);
     }
     poison(v_out);
     poison(s_out);
@@ -163,7 +168,8 @@ TEST(MergeState, NegInfPartsContributeNothing) {
         }
         std::vector<double> v;
         double s;
-        reference_merge(parts, {s_a.get(tok * heads + h), s_b.get(tok * heads + h)}, v, s);
+        auto as_empty = [](double x) { return std::isinf(x) ? -INFINITY : x; };  // the reference's convention
+        reference_merge(parts, {as_empty(s_a.get(tok * heads + h)), as_empty(s_b.get(tok * heads + h))}, v, s);
         for (int64_t e = 0; e < d; ++e) {
           got.push_back(v_out.get((tok * heads + h) * d + e));
           want.push_back(v[size_t(e)]);

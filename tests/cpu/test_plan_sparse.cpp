@@ -101,6 +101,17 @@ TEST(PlanSparse, DraftExtendRowsAreAcceptedTokens) {
   EXPECT_EQ(m.max_seq_len_q, 3);
 }
 
+TEST(PlanSparse, IdleBatchReportsOneQueryRow) {
+  // The seed's decode/idle branch reports max_seq_len_q = 1 for an idle (empty) batch (SEED_NOTES 18).
+  SparsePlanner planner(SparsePlanConfig{.page_size = 4, .topk = 8}, Device::cpu());
+  planner.init({.max_bs = 4, .max_num_tokens = 16, .max_context_len = 16});
+  const SparseMetadata& m = planner.plan(BatchSpec{.mode = ForwardMode::idle});
+  EXPECT_EQ(m.batch_size, 0);
+  EXPECT_EQ(m.num_rows, 0);
+  EXPECT_EQ(m.max_seq_len_q, 1);
+  EXPECT_EQ(m.max_seq_len_k, 0);
+}
+
 TEST(PlanSparse, ClippedRampSumMatchesLoop) {
   auto g = rng_for_test();
   for (int i = 0; i < 2000; ++i) {

@@ -122,7 +122,7 @@ TEST(PlanTransform, BadArguments) {
   };
   expect_error({.page_table_1 = v(t, {3, 4}), .topk_indices = v(i, {3, 2}), .out = v(o, {2, 3})}, "'out' has shape [2, 3]");
   expect_error({.page_table_1 = v(t, {2, 6}), .topk_indices = v(i, {3, 2}), .out = v(o, {3, 2})},
-               "one page_table_1 row per query row");
+               "one 'page_table_1' row per query row");
   expect_error({.page_table_1 = v(t, {3, 4}), .topk_indices = v(i, {3, 2}), .out = v(o, {3, 2}), .cu_seqlens_q = v(cu, {2})},
                "'cu_seqlens_q' has shape [2]");
   expect_error({.page_table_1 = v(t, {3, 4}), .topk_indices = {}, .out = v(o, {3, 2})}, "'topk_indices' is required");

@@ -100,6 +100,9 @@ TEST(GpuMerge, MergeStateTwoParts) {
     fill_lse(sb, g, 0.2);
     sa.set(0, -INFINITY);
     sb.set(0, -INFINITY);  // both empty
+    sa.set(1, INFINITY);   // FlashMLA's empty row (+inf): b alone
+    sa.set(2, INFINITY);
+    sb.set(2, -INFINITY);  // empty with both signs
     HostTensor ref(t, {tokens, heads, d}), sref(DType::f32, {tokens, heads});
     merge_state({.v_a = va.view, .s_a = sa.view, .v_b = vb.view, .s_b = sb.view, .v_out = ref.view,
                  .s_out = sref.view});
@@ -125,5 +128,8 @@ TEST(GpuMerge, MergeStateTwoParts) {
     EXPECT_LE(rel_l2(to_doubles(got_s), to_doubles(sref)), 1e-6);
     EXPECT_EQ(got_s.get(0), -INFINITY);
     for (int e = 0; e < d; ++e) EXPECT_EQ(got.get(e), 0.f);
+    EXPECT_EQ(got_s.get(1), sb.get(1));
+    EXPECT_EQ(got_s.get(2), -INFINITY);
+    for (int e = 0; e < d; ++e) EXPECT_EQ(got.get(2 * d + e), 0.f);
   }
 }

@@ -207,7 +207,7 @@ TEST(IndexerPagedGpuEdge, ZeroLenKvAndShortRequests) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   run_paged_case({.seqlens = {0, 1, 3}, .next_n = 1, .page_size = 4, .heads = 5}, g);   // zero_len_kv
-  run_paged_case({.seqlens = {1, 2, 6}, .next_n = 3, .page_size = 2, .heads = 3}, g);   // fewer keys than next_n
+  run_paged_case({.seqlens = {0, 3, 6}, .next_n = 3, .page_size = 2, .heads = 3}, g);   // padding + exactly next_n keys
   run_paged_case({.seqlens = {0, 0}, .next_n = 2, .page_size = 64, .heads = 64}, g);    // nothing visible at all
 }
 

@@ -14,6 +14,10 @@ namespace {
 
 constexpr int kMaxLanesElems = 16;  // d up to 512 per lane-strided pass (32 lanes x 16)
 
+// An infinite LSE of either sign means "no keys": FlashMLA reports +inf for an empty row
+// (SEED_NOTES 14, 19), FA3 and attnserve -inf. Both contribute nothing (never NaN).
+__device__ __forceinline__ float part_lse(float s) { return isinf(s) ? -INFINITY : s; }
+
 template <typename TIn, typename TOut>
 __global__ void merge_states_kernel(MergeInput in, MergeOutput out, int64_t tokens, int heads, int d) {
   const int lane = threadIdx.x & 31;
@@ -24,7 +28,7 @@ __global__ void merge_states_kernel(MergeInput in, MergeOutput out, int64_t toke
   if (in.cu && (t < in.cu[0] || t >= in.cu[in.b])) return;
   const float* s = in.s + t * in.s_st + h * in.s_sh;
   float m = -INFINITY;
-  for (int p = lane; p < in.n; p += 32) m = fmaxf(m, s[p * in.s_sn]);
+  for (int p = lane; p < in.n; p += 32) m = fmaxf(m, part_lse(s[p * in.s_sn]));
   m = ptx::warp_max(m);
   TOut* vo = static_cast<TOut*>(out.v) + t * out.v_st + h * out.v_sh;
   if (m == -INFINITY) {  // nothing seen by any part (or all parts are NaN-free empties)
@@ -39,7 +43,7 @@ __global__ void merge_states_kernel(MergeInput in, MergeOutput out, int64_t toke
     for (int i = 0; i < kMaxLanesElems; ++i) acc[i] = 0.f;
     float sum = 0.f;
     for (int p = 0; p < in.n; ++p) {
-      const float sp = s[p * in.s_sn];
+      const float sp = part_lse(s[p * in.s_sn]);
       if (sp == -INFINITY) continue;  // an empty part contributes nothing (its values are not read)
       const float w = expf(sp - m);
       sum += w;
