@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "attnserve/ops.h"
-#include "cuda/sm80/attention/attention_api.h"
-#include "cuda/sm80/mla/mla_api.h"
+#include "cuda/attention/attention_api.h"
+#include "cuda/mla/mla_api.h"
 
 using namespace attnserve;
 

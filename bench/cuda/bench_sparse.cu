@@ -13,7 +13,7 @@
 #include <string>
 
 #include "bench_sparse_util.cuh"
-#include "cuda/sm80/sparse_mla/sparse_mla_api.h"
+#include "cuda/sparse_mla/sparse_mla_api.h"
 
 using namespace attnserve;
 using namespace dsa_bench;

@@ -13,7 +13,7 @@
 
 #include "attnserve/ops/sparse_mla.h"
 #include "cpu/sparse_mla_problem.h"
-#include "cuda/sm80/sparse_mla/sparse_mla_api.h"
+#include "cuda/sparse_mla/sparse_mla_api.h"
 #include "test_sparse_gpu_util.h"
 
 namespace attnserve::test::dsa_gpu {

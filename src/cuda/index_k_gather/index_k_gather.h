@@ -1,4 +1,4 @@
-// Internal: CUDA entry point of gather_index_k (src/cuda/sm80/index_k_gather/index_k_gather.cu; a
+// Internal: CUDA entry point of gather_index_k (src/cuda/index_k_gather/sm80/index_k_gather.cu; a
 // CPU-only build gets a throwing definition from src/ops/index_k_gather_cuda_fallback.cpp).
 // Plain C++ declaration (no CUDA headers), so the host dispatcher can call it.
 #pragma once

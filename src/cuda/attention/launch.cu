@@ -12,10 +12,10 @@
 #include "attention_api.h"
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
-#include "cuda/sm80/merge/merge.cuh"
-#include "cuda/sm90/attention/config.h"
+#include "cuda/merge/merge.cuh"
+#include "cuda/attention/sm90/config.h"
 #ifdef ATTNSERVE_HAVE_SM90
-#include "cuda/sm90/attention/attention_sm90.h"
+#include "cuda/attention/sm90/attention_sm90.h"
 #endif
 
 namespace attnserve::cuda::attn {

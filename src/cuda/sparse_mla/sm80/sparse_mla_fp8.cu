@@ -1,5 +1,5 @@
 // Sparse MLA instantiations for the FP8-656 cache (head blocks of 16, 32 and 64); see sparse_mla_kernel.cuh.
-#include "cuda/sm80/sparse_mla/sparse_mla_kernel.cuh"
+#include "cuda/sparse_mla/sm80/kernel.cuh"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
 

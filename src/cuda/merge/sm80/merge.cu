@@ -7,7 +7,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/cuda_ops.h"
-#include "merge.cuh"
+#include "cuda/merge/merge.cuh"
 
 namespace attnserve::cuda {
 namespace {

@@ -4,10 +4,10 @@
 
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
-#include "cuda/sm80/attention/attention_api.h"
-#include "cuda/sm80/merge/merge.cuh"
+#include "cuda/attention/attention_api.h"
+#include "cuda/merge/merge.cuh"
 #include "mla_api.h"
-#include "mla_kernel.cuh"
+#include "cuda/mla/sm80/kernel.cuh"
 
 namespace attnserve::cuda::mla {
 namespace {

@@ -5,8 +5,8 @@
 #include "config.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/masking.cuh"
-#include "cuda/sm80/attention/params.cuh"
-#include "cuda/sm90/common/wgmma.cuh"
+#include "cuda/attention/params.cuh"
+#include "cuda/common/sm90/wgmma.cuh"
 
 namespace attnserve::cuda::attn90 {
 

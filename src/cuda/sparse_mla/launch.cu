@@ -10,8 +10,8 @@
 #include "attnserve/cache_formats.h"
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
-#include "cuda/sm80/sparse_mla/sparse_mla_api.h"
-#include "cuda/sm80/sparse_mla/sparse_mla_config.h"
+#include "cuda/sparse_mla/sparse_mla_api.h"
+#include "cuda/sparse_mla/sm80/config.h"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
 namespace {

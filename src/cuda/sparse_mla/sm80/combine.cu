@@ -5,7 +5,7 @@
 // The sink joins the denominator once, here (the splits never see it). Splits with m = -inf (past
 // topk_length, or only invalid slots) are skipped without reading their O; a row where every split is
 // empty gets out 0 and lse = max_logits = -inf. Deterministic: fixed order, no atomics.
-// The merge kernel of src/cuda/sm80/merge takes normalized parts and natural-log LSEs and knows no sink
+// The merge kernel of src/cuda/merge takes normalized parts and natural-log LSEs and knows no sink
 // or max_logits, hence this small kernel of its own.
 #include <cuda_runtime.h>
 
@@ -14,7 +14,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/sm80/sparse_mla/sparse_mla_config.h"
+#include "cuda/sparse_mla/sm80/config.h"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
 namespace {

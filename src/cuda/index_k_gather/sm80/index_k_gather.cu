@@ -8,7 +8,7 @@
 
 #include "attnserve/cache_formats.h"
 #include "cuda/common/host_util.cuh"
-#include "cuda/index_k_gather.h"
+#include "cuda/index_k_gather/index_k_gather.h"
 
 namespace attnserve::cuda {
 namespace {

@@ -1,10 +1,10 @@
 // Internal entry of the Hopper paged-attention kernel (built only with sm_90a, ATTNSERVE_HAVE_SM90).
-// The selector in sm80/attention/launch.cu decides when it runs; this only launches.
+// The selector in attention/launch.cu decides when it runs; this only launches.
 #pragma once
 #include <cuda_runtime.h>
 
 #include "attnserve/tensor.h"
-#include "cuda/sm80/attention/params.cuh"
+#include "cuda/attention/params.cuh"
 
 namespace attnserve::cuda::attn90 {
 

@@ -25,7 +25,7 @@
 #include "cuda/common/masking.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
-#include "params.cuh"
+#include "cuda/attention/params.cuh"
 
 namespace attnserve::cuda::attn {
 

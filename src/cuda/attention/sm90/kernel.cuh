@@ -17,7 +17,7 @@
 #include <cuda_fp16.h>
 
 #include "config.h"
-#include "cuda/sm90/common/sync.cuh"
+#include "cuda/common/sm90/sync.cuh"
 #include "tile_math.cuh"
 
 namespace attnserve::cuda::attn90 {

@@ -1,5 +1,5 @@
 // Hopper (sm_90a) dense paged attention for prefill/extend: tile shapes and shared-memory size.
-// Host-visible (no device code) so the selector in sm80/attention/launch.cu can size and choose.
+// Host-visible (no device code) so the selector in attention/launch.cu can size and choose.
 #pragma once
 #include <cstddef>
 

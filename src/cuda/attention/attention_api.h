@@ -3,7 +3,7 @@
 #pragma once
 #include "attnserve/ops.h"
 #include "cuda/common/host_util.cuh"
-#include "params.cuh"
+#include "cuda/attention/params.cuh"
 
 namespace attnserve::cuda::attn {
 

@@ -30,7 +30,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/sm80/sparse_mla/sparse_mla_config.h"
+#include "cuda/sparse_mla/sm80/config.h"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
 

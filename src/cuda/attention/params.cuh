@@ -46,7 +46,7 @@ struct Config {
   int page_shifts = 1;
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;
-  int sm90 = 0;         // Hopper kernel running this call (src/cuda/sm90/attention/config.h Variant), 0: none
+  int sm90 = 0;         // Hopper kernel running this call (src/cuda/attention/sm90/config.h Variant), 0: none
 };
 
 // Optional overrides (benchmarks and tests only): 0 keeps the selector's choice.
