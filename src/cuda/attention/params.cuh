@@ -1,8 +1,7 @@
-// Parameters of the portable paged-attention kernel (decode, verify, draft, extend, prefill).
-// Plain struct passed by value; everything a CTA needs, with live lengths read from device memory.
+// Parameters of the paged-attention kernels (sm80 portable and sm90 Hopper leaves; decode, verify,
+// draft, extend, prefill). Plain struct passed by value; everything a CTA needs, with live lengths
+// read from device memory. Filled by the front launcher (launch.cu) from the arguments and the plan.
 #pragma once
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 namespace attnserve::cuda::attn {
@@ -35,51 +34,5 @@ struct Params {
   float softcap;                  // 0: off
   int causal, window_left, window_right;
 };
-
-// What the host chose for one call (the selector in launch.cu).
-struct Config {
-  int mt = 1;          // m16 tiles of packed (q row, head) rows per CTA: 1 or 4
-  int stages = 2;       // 2..kMaxStages
-  int num_splits = 1;
-  int split_keys = 0;
-  int m_blocks = 1;
-  int page_shifts = 1;
-  std::size_t smem = 0;
-  std::size_t ws_bytes = 0;
-  int sm90 = 0;         // Hopper kernel running this call (src/cuda/attention/sm90/config.h Variant), 0: none
-};
-
-// Optional overrides (benchmarks and tests only): 0 keeps the selector's choice.
-struct Tuning {
-  int num_splits = 0;
-  int stages = 0;
-  int mt = 0;
-  int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
-  // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
-  // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
-  // 3 (kPingPong): that Hopper kernel whenever it supports the call.
-  int sm90 = -1;
-};
-
-constexpr int kThreads = 128;
-constexpr int kTileKeys = 64;
-// Keys per pipeline stage. Measured on the H200 (bench/NOTES.md): 32-key tiles with a deeper
-// pipeline ran decode at 2.7 TB/s against 3.6 for 64-key tiles: a per-tile cost dominates.
-constexpr int tile_keys(int /*mt*/) { return 64; }
-constexpr int kMaxStages = 8;
-constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
-
-// Shared memory of one CTA (bytes); the kernel lays it out the same way.
-constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
-  const std::size_t q = std::size_t(16 * mt) * d * 2;
-  const std::size_t raw_tile = std::size_t(tile_keys(mt)) * d * (fp8 ? 1 : 2);
-  const std::size_t conv = fp8 ? 2 * std::size_t(tile_keys(mt)) * d * 2 : 0;
-  const std::size_t stats = 640 * 4;
-  const std::size_t page_ring = std::size_t(2 * stages) * kTileKeys * 4;
-  return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring;
-}
-
-template <typename T, int D, bool FP8, int MT>
-void launch(const Params& p, const Config& c, int batch, cudaStream_t stream);
 
 }  // namespace attnserve::cuda::attn

@@ -25,7 +25,7 @@
 #include "cuda/common/masking.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/attention/params.cuh"
+#include "cuda/attention/sm80/attention_sm80.h"
 
 namespace attnserve::cuda::attn {
 

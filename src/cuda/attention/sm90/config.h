@@ -1,9 +1,13 @@
 // Hopper (sm_90a) dense paged attention for prefill/extend: tile shapes and shared-memory size.
-// Host-visible (no device code) so the selector in attention/launch.cu can size and choose.
+// Host-visible (no device code) so the plan (attention/plan.cpp) can size and choose.
 #pragma once
 #include <cstddef>
 
+#include "cuda/common/plan_util.h"
+
 namespace attnserve::cuda::attn90 {
+
+using HeadDims = IntList<64, 128>;  // head dims of the instantiations (bf16 / f16, K/V of q's dtype)
 
 // Two kernels share the tile math (tile_math.cuh) and differ in who loads:
 //   kCoop (1): 256 threads = 2 consumer warpgroups that also issue the cp.async loads; a CTA

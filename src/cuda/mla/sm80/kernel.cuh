@@ -35,51 +35,10 @@
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/masking.cuh"
+#include "cuda/mla/params.h"
+#include "cuda/mla/sm80/config.h"
 
 namespace attnserve::cuda::mla {
-
-constexpr int kDv = 512, kDr = 64, kDqk = kDv + kDr;
-constexpr int kThreads = 256;                // 8 warps
-constexpr int kTileKeys = 32;
-constexpr int kRowBytes = 1168;              // 576 bf16 padded by 16 bytes: 292 words = 4 mod 32, so the 8
-                                             // rows of an ldmatrix hit distinct banks
-constexpr int kChunks = kDqk * 2 / 16;       // 72 16-byte chunks per row
-constexpr int kTileBytes = kTileKeys * kRowBytes;
-constexpr int kScoreStride = kTileKeys + 8;  // floats per score row
-constexpr int kChains = 4, kStepsPerChain = 9;  // the canonical score sum tree (36 k-steps of 16)
-constexpr int kDeterministicSplitKeys = 1024;
-constexpr int kMaxStages = 8;
-
-struct Params {
-  const char* q_nope;  // [total_q, h_q, 512] bf16
-  int64_t qn_st, qn_sh;
-  const char* q_rope;  // [total_q, h_q, 64]
-  int64_t qr_st, qr_sh;
-  const char* kv;      // pool, token slot stride in bytes
-  int64_t kv_stok;
-  const int* page_table;
-  int64_t pt_st;
-  const int* cache_seqlens;
-  const int* cu_seqlens_q;
-  char* out;           // [total_q, h_q, 512] bf16
-  int64_t o_st, o_sh;
-  float* lse;
-  int64_t lse_st, lse_sh;
-  float* part_o;       // [splits, total_q, h_q, 512]
-  float* part_lse;     // [splits, total_q, h_q]
-  int total_q, h_q, page_size, num_pages, max_pages;
-  int num_splits, split_keys, stages;
-  float scale_log2, softcap;
-  int causal, window_left, window_right;
-};
-
-constexpr int key_groups_of(int hb) { return hb == 64 ? 1 : 2; }
-constexpr int k_splits_of(int hb) { return 8 / (hb / 16 * key_groups_of(hb)); }
-
-constexpr std::size_t smem_bytes(int hb, int stages) {
-  return std::size_t(hb) * kRowBytes + std::size_t(stages) * kTileBytes +
-         std::size_t(k_splits_of(hb)) * hb * kScoreStride * 4;
-}
 
 template <int HB>
 __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const Params p) {  // HB 16: two CTAs per SM

@@ -14,7 +14,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/sparse_mla/sm80/config.h"
+#include "cuda/sparse_mla/sm80/sparse_mla_sm80.h"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
 namespace {

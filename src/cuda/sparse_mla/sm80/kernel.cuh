@@ -30,7 +30,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/sparse_mla/sm80/config.h"
+#include "cuda/sparse_mla/sm80/sparse_mla_sm80.h"
 
 namespace attnserve::cuda::sparse_mla_sm80 {
 

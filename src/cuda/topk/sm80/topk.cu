@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_ops.h"
+#include "cuda/topk/plan.h"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/host_util.cuh"
@@ -261,13 +262,15 @@ __global__ void __launch_bounds__(kThreads) topk_rows_kernel(TopkParams p) {
 
 }  // namespace
 
-std::size_t topk_workspace_size(const TopkArgs&, const DeviceCaps&) { return 0; }
+std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
+  return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
+}
 
 void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
-  ATTNSERVE_CHECK(rows <= int64_t(0x7fffffff), "topk: 'scores' has ", rows, " rows, more than a CUDA grid holds");
   DeviceGuard guard(a.scores.device);
+  const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps());
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -299,11 +302,9 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
     p.offset_stride = a.offsets.stride(0);
   }
   cudaStream_t s = to_cuda(stream);
-  // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM.
-  if (p.width > 8192) {
-    topk_rows_kernel<1024><<<unsigned(rows), 1024, 0, s>>>(p);
-  } else {
-    topk_rows_kernel<256><<<unsigned(rows), 256, 0, s>>>(p);
+  switch (plan.kernel) {  // topk_op::make_plan: 1024 threads stream long rows, 256 share an SM on short ones
+    case topk_op::Kernel::rows_1024: topk_rows_kernel<1024><<<unsigned(rows), 1024, 0, s>>>(p); break;
+    case topk_op::Kernel::rows_256: topk_rows_kernel<256><<<unsigned(rows), 256, 0, s>>>(p); break;
   }
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
