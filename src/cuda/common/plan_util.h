@@ -11,7 +11,8 @@
 
 namespace attnserve::cuda {
 
-inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }  // results that fit an int
+inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr std::size_t kWorkspaceAlign = 256;  // every workspace region starts on a 256-byte boundary
 constexpr std::size_t align_up(std::size_t x, std::size_t a = kWorkspaceAlign) { return (x + a - 1) / a * a; }

@@ -23,15 +23,17 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/host_util.cuh"
+#include "cuda/indexer/plan.h"
+#include "cuda/indexer/sm80/config.h"
 
 namespace attnserve::cuda {
 namespace {
 
-constexpr int kDim = 128;
-constexpr int kWarps = 4;                 // per CTA
-constexpr int kColsPerWarp = 32;          // two m16 tiles of keys
-constexpr int kColsPerCta = kWarps * kColsPerWarp;
-constexpr int kRaggedGroupRows = 4;       // ragged rows sharing one CTA's key fragments
+using indexer::kColsPerCta;  // the CTA shape (config.h)
+using indexer::kColsPerWarp;
+using indexer::kDim;
+using indexer::kRaggedGroupRows;
+using indexer::kWarps;
 
 struct IndexerParams {
   const uint8_t* q;  // [rows, heads, 128] fp8
@@ -263,26 +265,26 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
   }
 }
 
-void launch(const IndexerParams& p, bool paged, Stream stream) {
-  const int64_t ctas = p.num_groups * p.col_blocks;
-  if (ctas == 0) return;
-  ATTNSERVE_CHECK(ctas <= int64_t(0x7fffffff), paged ? "indexer_paged" : "indexer_ragged", ": ", p.rows, " rows x ",
-                  p.num_cols, " columns need more CTAs than a CUDA grid holds");
+void launch(const IndexerParams& p, const indexer::Plan& plan, Stream stream) {
+  if (plan.ctas() == 0) return;
   cudaStream_t s = to_cuda(stream);
-  const dim3 grid{unsigned(ctas)}, block{unsigned(kWarps * 32)};
-  if (paged) {
-    if (p.q_scale) indexer_kernel<true, true><<<grid, block, 0, s>>>(p);
-    else indexer_kernel<true, false><<<grid, block, 0, s>>>(p);
-  } else {
-    if (p.q_scale) indexer_kernel<false, true><<<grid, block, 0, s>>>(p);
-    else indexer_kernel<false, false><<<grid, block, 0, s>>>(p);
+  const dim3 grid{unsigned(plan.ctas())}, block{unsigned(kWarps * 32)};
+  switch (plan.kernel) {
+    case indexer::Kernel::paged_q_scale: indexer_kernel<true, true><<<grid, block, 0, s>>>(p); break;
+    case indexer::Kernel::paged: indexer_kernel<true, false><<<grid, block, 0, s>>>(p); break;
+    case indexer::Kernel::ragged_q_scale: indexer_kernel<false, true><<<grid, block, 0, s>>>(p); break;
+    case indexer::Kernel::ragged: indexer_kernel<false, false><<<grid, block, 0, s>>>(p); break;
   }
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
 IndexerParams common_params(const TensorView& q, const TensorView& w, const TensorView& q_scale,
-                            const TensorView& logits) {
+                            const TensorView& logits, const indexer::Plan& plan) {
   IndexerParams p{};
+  p.rows_per_group = plan.rows_per_group;
+  p.num_groups = plan.num_groups;
+  p.col_blocks = plan.col_blocks;
+  p.key_vec16 = plan.key_vec16;
   if (!q_scale.empty_view()) {
     p.q_scale = q_scale.ptr<const float>();
     p.qs_row_stride = q_scale.stride(0);
@@ -300,7 +302,6 @@ IndexerParams common_params(const TensorView& q, const TensorView& w, const Tens
   p.logit_row_stride = logits.stride(0);
   p.logit_col_stride = logits.stride(1);
   p.num_cols = logits.size(1);
-  p.col_blocks = ceil_div(p.num_cols, kColsPerCta);
   return p;
 }
 
@@ -312,10 +313,8 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
   require_rows_aligned(op, "q", a.q, 16);
   require_rows_aligned(op, "k", a.k, 16);
   DeviceGuard guard(a.q.device);
-  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits);
-  p.rows_per_group = kRaggedGroupRows;
-  p.num_groups = ceil_div(p.rows, kRaggedGroupRows);
-  p.key_vec16 = true;
+  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps());
+  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits, plan);
   p.k = a.k.ptr<const uint8_t>();
   p.k_row_stride = a.k.stride(0);
   p.k_scale = a.k_scale.ptr<const float>();
@@ -324,7 +323,7 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
   p.ks_stride = a.ks.stride(0);
   p.ke = a.ke.ptr<const int32_t>();
   p.ke_stride = a.ke.stride(0);
-  launch(p, false, stream);
+  launch(p, plan, stream);
 }
 
 void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
@@ -334,10 +333,8 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
   ATTNSERVE_CHECK(aligned_to(a.index_k_cache.data, 16), op,
                   ": argument 'index_k_cache' needs a 16-byte aligned base on CUDA");
   DeviceGuard guard(a.q.device);
-  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits);
-  p.rows_per_group = a.next_n;
-  p.num_groups = a.q.size(0) / a.next_n;
-  p.key_vec16 = a.page_size % 4 == 0;  // pages of page_size * 132 bytes keep 16-byte alignment
+  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps());
+  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits, plan);
   p.pool = a.index_k_cache.ptr<const uint8_t>();
   p.num_pages = a.index_k_cache.size(0);
   p.page_size = a.page_size;
@@ -347,7 +344,7 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
   p.max_pages = a.page_table.size(1);
   p.seqlens = a.seqlens.ptr<const int32_t>();
   p.seqlens_stride = a.seqlens.stride(0);
-  launch(p, true, stream);
+  launch(p, plan, stream);
 }
 
 }  // namespace attnserve::cuda
