@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+
+#include "attnserve/error.h"
 
 #include "backend/op_plans.h"
 
@@ -90,6 +93,28 @@ TEST(BackendWorkspace, DenseCapacityBoundsEveryBatchExhaustive) {
     EXPECT_GE(cap, most);
     EXPECT_GT(most, 0u);
   }
+}
+
+// The config check asks the op plans what CUDA supports (one support list), before any device is touched.
+TEST(BackendWorkspace, CudaConfigCheckUsesThePlansSupportLists) {
+  auto message = [](DenseBackendConfig c) {
+    try {
+      backend_detail::checked_dense_config(c, kH200);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  DenseBackendConfig mha = dense(AttentionArch::mha);
+  mha.head_dim = mha.v_head_dim = 96;
+  EXPECT_NE(message(mha).find("CUDA supports head dims 64, 128, 256; q has 96"), std::string::npos) << message(mha);
+  DenseBackendConfig dv = dense(AttentionArch::mha);
+  dv.v_head_dim = 64;
+  EXPECT_NE(message(dv).find("head dims equal to q's"), std::string::npos) << message(dv);
+  DenseBackendConfig mla = dense(AttentionArch::mla);
+  mla.head_dim = 320;
+  mla.v_head_dim = 256;
+  EXPECT_NE(message(mla).find("d_v 512 and d_rope 64"), std::string::npos) << message(mla);
 }
 
 TEST(BackendWorkspace, CpuNeedsNone) {

@@ -15,7 +15,9 @@ constexpr const char* kOp = "sparse_mla";
 // pipeline fill cost more than the split saves.
 constexpr int kMinTilesPerSplit = 4;
 
+// The smallest head block of the instantiations (HeadBlocks) that holds h_q, else the largest.
 int head_block_of(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
+static_assert(HeadBlocks::contains(16) && HeadBlocks::contains(32) && HeadBlocks::contains(64));
 
 }  // namespace
 

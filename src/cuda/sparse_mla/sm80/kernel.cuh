@@ -313,11 +313,9 @@ void launch_block(const Params& p, std::size_t smem_bytes, cudaStream_t stream) 
 template <bool kFp8>
 void launch_cache(const Params& p, int head_block, std::size_t smem_bytes, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (head_block) {
-    case 16: launch_block<16, kFp8>(p, smem_bytes, s); break;
-    case 32: launch_block<32, kFp8>(p, smem_bytes, s); break;
-    default: launch_block<64, kFp8>(p, smem_bytes, s); break;
-  }
+  const bool done =
+      HeadBlocks::dispatch(head_block, [&](auto hb) { launch_block<decltype(hb)::value, kFp8>(p, smem_bytes, s); });
+  ATTNSERVE_CHECK(done, "sparse_mla (sm80): no kernel for a head block of ", head_block);
 }
 
 }  // namespace attnserve::cuda::sparse_mla_sm80
