@@ -1,14 +1,11 @@
 // Front of paged attention on CUDA: the argument checks that need pointers and strides, the Params
 // of a call, and the launch of its plan's kernel (plan.h: Kernel) plus the split-KV combine. The
 // kernels live in the arch leaves sm80/ and sm90/; only this file knows there is more than one.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include "attention_api.h"
+#include "cuda/attention/attention_api.h"
+#include "cuda/attention/sm80/attention_sm80.h"
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/merge/merge.cuh"
-#include "cuda/attention/sm80/attention_sm80.h"
 #ifdef ATTNSERVE_HAVE_SM90
 #include "cuda/attention/sm90/attention_sm90.h"
 #endif

@@ -19,12 +19,11 @@
 #include <cmath>
 
 #include "attnserve/cache_formats.h"
-#include "cuda/cuda_ops.h"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/host_util.cuh"
-#include "cuda/indexer/plan.h"
 #include "cuda/indexer/sm80/config.h"
+#include "cuda/indexer/sm80/indexer_sm80.h"
 
 namespace attnserve::cuda {
 namespace {
@@ -35,39 +34,7 @@ using indexer::kDim;
 using indexer::kRaggedGroupRows;
 using indexer::kWarps;
 
-struct IndexerParams {
-  const uint8_t* q;  // [rows, heads, 128] fp8
-  int64_t q_row_stride, q_head_stride;
-  const float* w;  // [rows, heads]
-  int64_t w_row_stride, w_head_stride;
-  const float* q_scale;  // [rows, heads] or null: multiplies w
-  int64_t qs_row_stride, qs_head_stride;
-  int heads;
-  int64_t rows;
-  float* logits;  // [rows, num_cols]
-  int64_t logit_row_stride, logit_col_stride, num_cols;
-  int64_t num_groups;
-  int rows_per_group;  // paged: next_n; ragged: kRaggedGroupRows
-  int64_t col_blocks;
-  bool key_vec16;  // keys are 16-byte aligned (else 4-byte loads)
-  // ragged
-  const uint8_t* k;  // [num_cols, 128] fp8
-  int64_t k_row_stride;
-  const float* k_scale;
-  int64_t k_scale_stride;
-  const int32_t* ks;
-  int64_t ks_stride;
-  const int32_t* ke;
-  int64_t ke_stride;
-  // paged
-  const uint8_t* pool;  // [num_pages, page_size * 132]
-  int64_t num_pages;
-  int64_t page_size;
-  const int32_t* page_table;  // [b, max_pages]
-  int64_t pt_row_stride, pt_col_stride, max_pages;
-  const int32_t* seqlens;
-  int64_t seqlens_stride;
-};
+using IndexerParams = indexer::Params;  // ../params.cuh
 
 // The weight of head h for query row `row`, with q's scale folded in when it is given.
 // A compile-time switch: a run-time test of q_scale in this inner loop cost the paged indexer 30% on the
@@ -265,86 +232,20 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
   }
 }
 
-void launch(const IndexerParams& p, const indexer::Plan& plan, Stream stream) {
+}  // namespace
+
+void indexer::launch_sm80(const Params& p, const Plan& plan, Stream stream) {
   if (plan.ctas() == 0) return;
   cudaStream_t s = to_cuda(stream);
   const dim3 grid{unsigned(plan.ctas())}, block{unsigned(kWarps * 32)};
+  using indexer::Kernel;
   switch (plan.kernel) {
-    case indexer::Kernel::paged_q_scale: indexer_kernel<true, true><<<grid, block, 0, s>>>(p); break;
-    case indexer::Kernel::paged: indexer_kernel<true, false><<<grid, block, 0, s>>>(p); break;
-    case indexer::Kernel::ragged_q_scale: indexer_kernel<false, true><<<grid, block, 0, s>>>(p); break;
-    case indexer::Kernel::ragged: indexer_kernel<false, false><<<grid, block, 0, s>>>(p); break;
+    case Kernel::paged_q_scale: indexer_kernel<true, true><<<grid, block, 0, s>>>(p); break;
+    case Kernel::paged: indexer_kernel<true, false><<<grid, block, 0, s>>>(p); break;
+    case Kernel::ragged_q_scale: indexer_kernel<false, true><<<grid, block, 0, s>>>(p); break;
+    case Kernel::ragged: indexer_kernel<false, false><<<grid, block, 0, s>>>(p); break;
   }
   ATTNSERVE_CUDA_CHECK_LAUNCH();
-}
-
-IndexerParams common_params(const TensorView& q, const TensorView& w, const TensorView& q_scale,
-                            const TensorView& logits, const indexer::Plan& plan) {
-  IndexerParams p{};
-  p.rows_per_group = plan.rows_per_group;
-  p.num_groups = plan.num_groups;
-  p.col_blocks = plan.col_blocks;
-  p.key_vec16 = plan.key_vec16;
-  if (!q_scale.empty_view()) {
-    p.q_scale = q_scale.ptr<const float>();
-    p.qs_row_stride = q_scale.stride(0);
-    p.qs_head_stride = q_scale.stride(1);
-  }
-  p.q = q.ptr<const uint8_t>();
-  p.q_row_stride = q.stride(0);
-  p.q_head_stride = q.stride(1);
-  p.w = w.ptr<const float>();
-  p.w_row_stride = w.stride(0);
-  p.w_head_stride = w.stride(1);
-  p.heads = int(q.size(1));
-  p.rows = q.size(0);
-  p.logits = logits.ptr<float>();
-  p.logit_row_stride = logits.stride(0);
-  p.logit_col_stride = logits.stride(1);
-  p.num_cols = logits.size(1);
-  return p;
-}
-
-}  // namespace
-
-void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
-  constexpr const char* op = "indexer_ragged";
-  if (a.q.size(0) == 0 || a.k.size(0) == 0) return;
-  require_rows_aligned(op, "q", a.q, 16);
-  require_rows_aligned(op, "k", a.k, 16);
-  DeviceGuard guard(a.q.device);
-  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps());
-  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits, plan);
-  p.k = a.k.ptr<const uint8_t>();
-  p.k_row_stride = a.k.stride(0);
-  p.k_scale = a.k_scale.ptr<const float>();
-  p.k_scale_stride = a.k_scale.stride(0);
-  p.ks = a.ks.ptr<const int32_t>();
-  p.ks_stride = a.ks.stride(0);
-  p.ke = a.ke.ptr<const int32_t>();
-  p.ke_stride = a.ke.stride(0);
-  launch(p, plan, stream);
-}
-
-void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
-  constexpr const char* op = "indexer_paged";
-  if (a.q.size(0) == 0 || a.logits.size(1) == 0) return;
-  require_rows_aligned(op, "q", a.q, 16);
-  ATTNSERVE_CHECK(aligned_to(a.index_k_cache.data, 16), op,
-                  ": argument 'index_k_cache' needs a 16-byte aligned base on CUDA");
-  DeviceGuard guard(a.q.device);
-  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps());
-  IndexerParams p = common_params(a.q, a.weights, a.q_scale, a.logits, plan);
-  p.pool = a.index_k_cache.ptr<const uint8_t>();
-  p.num_pages = a.index_k_cache.size(0);
-  p.page_size = a.page_size;
-  p.page_table = a.page_table.ptr<const int32_t>();
-  p.pt_row_stride = a.page_table.stride(0);
-  p.pt_col_stride = a.page_table.stride(1);
-  p.max_pages = a.page_table.size(1);
-  p.seqlens = a.seqlens.ptr<const int32_t>();
-  p.seqlens_stride = a.seqlens.stride(0);
-  launch(p, plan, stream);
 }
 
 }  // namespace attnserve::cuda
