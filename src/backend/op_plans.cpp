@@ -54,8 +54,8 @@ const cuda::attn::Plan& BatchPlans::get(const cuda::attn::Problem& p, const Devi
 const cuda::mla::Plan& BatchPlans::get(const cuda::mla::Problem& p, const DeviceCaps& caps) {
   return find_or_add(mla, p, [&] { return cuda::mla::make_plan(p, caps); });
 }
-const cuda::sparse_mla_sm80::Plan& BatchPlans::get(const cuda::sparse_mla_sm80::Problem& p, const DeviceCaps& caps) {
-  return find_or_add(sparse, p, [&] { return cuda::sparse_mla_sm80::make_plan(p, caps); });
+const cuda::sparse_mla_op::Plan& BatchPlans::get(const cuda::sparse_mla_op::Problem& p, const DeviceCaps& caps) {
+  return find_or_add(sparse, p, [&] { return cuda::sparse_mla_op::make_plan(p, caps); });
 }
 
 // ---- Dense -------------------------------------------------------------------------------------------
@@ -132,8 +132,8 @@ cuda::mla::Problem sparse_gather_problem(const SparseBackendConfig& c, int64_t r
                             .out_dtype = DType::bf16, .deterministic = c.deterministic};
 }
 
-cuda::sparse_mla_sm80::Problem sparse_mla_problem(const SparseBackendConfig& c, NsaImpl impl, int64_t rows) {
-  return cuda::sparse_mla_sm80::Problem{.rows = rows, .h_q = c.num_q_heads,
+cuda::sparse_mla_op::Problem sparse_mla_problem(const SparseBackendConfig& c, NsaImpl impl, int64_t rows) {
+  return cuda::sparse_mla_op::Problem{.rows = rows, .h_q = c.num_q_heads,
                                         .d_qk = c.kv_lora_rank + c.qk_rope_head_dim, .topk = c.index_topk,
                                         .dtype = DType::bf16,
                                         .kv_dtype = impl == NsaImpl::sparse_fp8 ? DType::u8 : DType::bf16,

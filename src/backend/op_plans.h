@@ -19,12 +19,12 @@ namespace attnserve::backend_detail {
 struct BatchPlans {
   std::vector<cuda::attn::Plan> mha;
   std::vector<cuda::mla::Plan> mla;
-  std::vector<cuda::sparse_mla_sm80::Plan> sparse;
+  std::vector<cuda::sparse_mla_op::Plan> sparse;
   std::size_t workspace_bytes() const;  // the most any of them needs
 
   const cuda::attn::Plan& get(const cuda::attn::Problem& p, const DeviceCaps& caps);
   const cuda::mla::Plan& get(const cuda::mla::Problem& p, const DeviceCaps& caps);
-  const cuda::sparse_mla_sm80::Plan& get(const cuda::sparse_mla_sm80::Problem& p, const DeviceCaps& caps);
+  const cuda::sparse_mla_op::Plan& get(const cuda::sparse_mla_op::Problem& p, const DeviceCaps& caps);
 };
 
 // ---- Dense: one attention call of b requests (page-table rows `width` pages wide), total_q query
@@ -43,7 +43,7 @@ std::size_t dense_workspace_for_capacity(const DenseBackendConfig& c, const Devi
 
 // ---- Sparse: the attention call over `rows` rows with `impl`, and top-k over [rows, width] logits.
 cuda::mla::Problem sparse_gather_problem(const SparseBackendConfig& c, int64_t rows);
-cuda::sparse_mla_sm80::Problem sparse_mla_problem(const SparseBackendConfig& c, NsaImpl impl, int64_t rows);
+cuda::sparse_mla_op::Problem sparse_mla_problem(const SparseBackendConfig& c, NsaImpl impl, int64_t rows);
 BatchPlans plan_sparse_batch(const SparseBackendConfig& c, const DeviceCaps& caps, const NsaImpls& impls,
                              const SparseMetadata& m);
 std::size_t sparse_workspace_for_capacity(const SparseBackendConfig& c, const DeviceCaps& caps, const NsaImpls& impls,

@@ -191,7 +191,7 @@ TensorView SparseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer
                              .topk_length = m.nsa_cache_seqlens_int32, .softmax_scale = L.scale,
                              .deterministic = cfg.deterministic};
     if (cfg.device.is_cpu()) sparse_mla(args, ws->view(), stream);
-    else sparse_mla(args, plans->get(cuda::sparse_mla_sm80::problem_of(args), ws->caps()), ws->view(), stream);
+    else sparse_mla(args, plans->get(cuda::sparse_mla_op::problem_of(args), ws->caps()), ws->view(), stream);
   }
   return out;
 }

@@ -31,7 +31,7 @@ void merge_states(const MergeStatesArgs& a, Stream stream);
 
 std::size_t sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps);
 void sparse_mla(const SparseMlaArgs& a, Workspace ws, Stream stream);
-void sparse_mla(const SparseMlaArgs& a, const sparse_mla_sm80::Plan& plan, Workspace ws, Stream stream);
+void sparse_mla(const SparseMlaArgs& a, const sparse_mla_op::Plan& plan, Workspace ws, Stream stream);
 
 void quantize_fp8_groups(const QuantizeFp8Args& a, Stream stream);
 void indexer_ragged(const IndexerRaggedArgs& a, Workspace ws, Stream stream);

@@ -24,7 +24,7 @@ void merge_state(const MergeStateArgs&, Stream) { unavailable("merge_state"); }
 void merge_states(const MergeStatesArgs&, Stream) { unavailable("merge_states"); }
 std::size_t sparse_mla_workspace_size(const SparseMlaArgs&, const DeviceCaps&) { return 0; }
 void sparse_mla(const SparseMlaArgs&, Workspace, Stream) { unavailable("sparse_mla"); }
-void sparse_mla(const SparseMlaArgs&, const sparse_mla_sm80::Plan&, Workspace, Stream) { unavailable("sparse_mla"); }
+void sparse_mla(const SparseMlaArgs&, const sparse_mla_op::Plan&, Workspace, Stream) { unavailable("sparse_mla"); }
 void quantize_fp8_groups(const QuantizeFp8Args&, Stream) { unavailable("quantize_fp8_groups"); }
 void indexer_ragged(const IndexerRaggedArgs&, Workspace, Stream) { unavailable("indexer_ragged"); }
 void indexer_paged(const IndexerPagedArgs&, Workspace, Stream) { unavailable("indexer_paged"); }

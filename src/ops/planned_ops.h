@@ -8,6 +8,6 @@ namespace attnserve {
 
 void paged_attention(const PagedAttentionArgs& a, const cuda::attn::Plan& plan, Workspace ws, Stream stream);
 void mla_attention(const MlaAttentionArgs& a, const cuda::mla::Plan& plan, Workspace ws, Stream stream);
-void sparse_mla(const SparseMlaArgs& a, const cuda::sparse_mla_sm80::Plan& plan, Workspace ws, Stream stream);
+void sparse_mla(const SparseMlaArgs& a, const cuda::sparse_mla_op::Plan& plan, Workspace ws, Stream stream);
 
 }  // namespace attnserve

@@ -101,7 +101,7 @@ void sparse_mla(const SparseMlaArgs& a, Workspace ws, Stream stream) {
   }
 }
 
-void sparse_mla(const SparseMlaArgs& a, const cuda::sparse_mla_sm80::Plan& plan, Workspace ws, Stream stream) {
+void sparse_mla(const SparseMlaArgs& a, const cuda::sparse_mla_op::Plan& plan, Workspace ws, Stream stream) {
   if (a.q.device.is_cpu()) return sparse_mla(a, ws, stream);
   validate_shapes(a);
   require_cuda_device("sparse_mla");

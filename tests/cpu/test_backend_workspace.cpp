@@ -142,8 +142,8 @@ TEST(BackendWorkspace, SparseCapacityBoundsEveryBatch) {
       if (impl == NsaImpl::gather)
         need = cuda::mla::workspace_size(cuda::mla::make_plan(backend_detail::sparse_gather_problem(c, rows), kH200));
       else
-        need = cuda::sparse_mla_sm80::workspace_size(
-            cuda::sparse_mla_sm80::make_plan(backend_detail::sparse_mla_problem(c, impl, rows), kH200));
+        need = cuda::sparse_mla_op::workspace_size(
+            cuda::sparse_mla_op::make_plan(backend_detail::sparse_mla_problem(c, impl, rows), kH200));
       EXPECT_LE(need, prev) << to_string(impl) << " rows " << rows;
     }
   }

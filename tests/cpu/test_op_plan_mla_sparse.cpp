@@ -77,58 +77,58 @@ TEST(OpPlanMla, CanImplementNamesWhatIsUnsupported) {
 
 // ---- Sparse MLA ------------------------------------------------------------------------------------
 
-cuda::sparse_mla_sm80::Problem sparse(int64_t rows, int h_q, int64_t topk, bool fp8) {
-  return cuda::sparse_mla_sm80::Problem{.rows = rows, .h_q = h_q, .d_qk = 576, .topk = topk,
+cuda::sparse_mla_op::Problem sparse(int64_t rows, int h_q, int64_t topk, bool fp8) {
+  return cuda::sparse_mla_op::Problem{.rows = rows, .h_q = h_q, .d_qk = 576, .topk = topk,
                                         .kv_dtype = fp8 ? DType::u8 : DType::bf16};
 }
 
 TEST(OpPlanSparseMla, HeadBlocksKernelsAndSplits) {
-  using cuda::sparse_mla_sm80::Kernel;
-  const auto d16 = cuda::sparse_mla_sm80::make_plan(sparse(128, 16, 2048, true), kH200);
+  using cuda::sparse_mla_op::Kernel;
+  const auto d16 = cuda::sparse_mla_op::make_plan(sparse(128, 16, 2048, true), kH200);
   EXPECT_EQ(d16.kernel, Kernel::sm80_fp8);
   EXPECT_EQ(d16.head_block, 16);
   EXPECT_EQ(d16.ctas_per_sm, 2);
   EXPECT_GE(d16.num_splits, 2);  // 128 CTAs on 264 slots
   EXPECT_GT(workspace_size(d16), 0u);
-  const auto d128 = cuda::sparse_mla_sm80::make_plan(sparse(128, 128, 2048, false), kH200);
+  const auto d128 = cuda::sparse_mla_op::make_plan(sparse(128, 128, 2048, false), kH200);
   EXPECT_EQ(d128.kernel, Kernel::sm80_bf16);
   EXPECT_EQ(d128.head_block, 64);
   EXPECT_EQ(d128.head_blocks, 2);
   EXPECT_EQ(d128.num_splits, 1);
   EXPECT_EQ(workspace_size(d128), 0u);
-  EXPECT_EQ(cuda::sparse_mla_sm80::make_plan(sparse(8, 32, 2048, false), kH200).head_block, 32);
-  EXPECT_EQ(cuda::sparse_mla_sm80::make_plan(sparse(4096, 16, 2048, false), kH200).num_splits, 1);
-  EXPECT_EQ(cuda::sparse_mla_sm80::make_plan(sparse(1, 16, 96, true), kH200).num_splits, 1);  // 3 tiles < 4 per split
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(8, 32, 2048, false), kH200).head_block, 32);
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(4096, 16, 2048, false), kH200).num_splits, 1);
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(1, 16, 96, true), kH200).num_splits, 1);  // 3 tiles < 4 per split
   auto det = sparse(1, 16, 2048, true);
   det.deterministic = true;
-  EXPECT_EQ(cuda::sparse_mla_sm80::make_plan(det, kH200).num_splits, 1);
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(det, kH200).num_splits, 1);
 }
 
 TEST(OpPlanSparseMla, ForcedSplitsCutTheListEvenly) {
-  const auto cut = cuda::sparse_mla_sm80::make_plan(sparse(2, 16, 500, true), kH200, {.num_splits = 3});
+  const auto cut = cuda::sparse_mla_op::make_plan(sparse(2, 16, 500, true), kH200, {.num_splits = 3});
   EXPECT_EQ(cut.num_splits, 3);
   EXPECT_EQ(cut.split_tiles, 6);  // 16 tiles: 6 / 6 / 4
-  const auto many = cuda::sparse_mla_sm80::make_plan(sparse(2, 16, 100, true), kH200, {.num_splits = 8});
+  const auto many = cuda::sparse_mla_op::make_plan(sparse(2, 16, 100, true), kH200, {.num_splits = 8});
   EXPECT_EQ(many.num_splits, 4);  // 100 keys = 4 tiles
   const std::size_t parts = 4 * 2 * 16;
   EXPECT_EQ(workspace_size(many), cuda::align_up(parts * 512 * 4) + cuda::align_up(parts * 2 * 4));
   alignas(256) static char base[1];
-  const auto w = cuda::sparse_mla_sm80::workspace_layout(many, base);
+  const auto w = cuda::sparse_mla_op::workspace_layout(many, base);
   EXPECT_EQ(reinterpret_cast<char*>(w.part_ml), base + cuda::align_up(parts * 512 * 4));
 }
 
 TEST(OpPlanSparseMla, CanImplementNamesWhatIsUnsupported) {
   auto p = sparse(1, 16, 64, false);
-  EXPECT_TRUE(cuda::sparse_mla_sm80::can_implement(p, kH200).ok());
+  EXPECT_TRUE(cuda::sparse_mla_op::can_implement(p, kH200).ok());
   p.d_qk = 512;
-  EXPECT_NE(cuda::sparse_mla_sm80::can_implement(p, kH200).reason.find("d_qk 576"), std::string::npos);
+  EXPECT_NE(cuda::sparse_mla_op::can_implement(p, kH200).reason.find("d_qk 576"), std::string::npos);
   p = sparse(1, 16, 64, false);
   p.kv_dtype = DType::f16;
-  EXPECT_NE(cuda::sparse_mla_sm80::can_implement(p, kH200).reason.find("FP8-656"), std::string::npos);
+  EXPECT_NE(cuda::sparse_mla_op::can_implement(p, kH200).reason.find("FP8-656"), std::string::npos);
   const DeviceCaps small{.num_sms = 80, .smem_per_block = 48 * 1024, .arch = 80};
-  EXPECT_NE(cuda::sparse_mla_sm80::can_implement(sparse(1, 128, 64, true), small).reason.find("shared memory"),
+  EXPECT_NE(cuda::sparse_mla_op::can_implement(sparse(1, 128, 64, true), small).reason.find("shared memory"),
             std::string::npos);
-  EXPECT_THROW(cuda::sparse_mla_sm80::make_plan(sparse(1, 128, 64, true), small), Error);
+  EXPECT_THROW(cuda::sparse_mla_op::make_plan(sparse(1, 128, 64, true), small), Error);
 }
 
 // ---- Top-k -------------------------------------------------------------------------------------------

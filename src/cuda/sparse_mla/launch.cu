@@ -9,7 +9,7 @@
 #include "cuda/sparse_mla/sm80/sparse_mla_sm80.h"
 #include "cuda/sparse_mla/sparse_mla_api.h"
 
-namespace attnserve::cuda::sparse_mla_sm80 {
+namespace attnserve::cuda::sparse_mla_op {
 namespace {
 constexpr const char* kOp = "sparse_mla";
 }  // namespace
@@ -90,18 +90,18 @@ void run(const SparseMlaArgs& a, const Plan& plan, Workspace ws, Stream stream) 
   if (c.num_splits > 1) launch_combine(p, stream.handle);
 }
 
-}  // namespace attnserve::cuda::sparse_mla_sm80
+}  // namespace attnserve::cuda::sparse_mla_op
 
 namespace attnserve::cuda {
 
 std::size_t sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps) {
   if (a.q.size(0) == 0 || a.q.size(1) == 0) return 0;
-  return sparse_mla_sm80::workspace_size(sparse_mla_sm80::select(a, caps));
+  return sparse_mla_op::workspace_size(sparse_mla_op::select(a, caps));
 }
 
-void sparse_mla(const SparseMlaArgs& a, Workspace ws, Stream stream) { sparse_mla_sm80::run(a, ws, stream); }
-void sparse_mla(const SparseMlaArgs& a, const sparse_mla_sm80::Plan& plan, Workspace ws, Stream stream) {
-  sparse_mla_sm80::run(a, plan, ws, stream);
+void sparse_mla(const SparseMlaArgs& a, Workspace ws, Stream stream) { sparse_mla_op::run(a, ws, stream); }
+void sparse_mla(const SparseMlaArgs& a, const sparse_mla_op::Plan& plan, Workspace ws, Stream stream) {
+  sparse_mla_op::run(a, plan, ws, stream);
 }
 
 }  // namespace attnserve::cuda

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace attnserve::cuda::sparse_mla_sm80 {
+namespace attnserve::cuda::sparse_mla_op {
 
 struct Params {
   const uint16_t* q;  // [rows, h_q, 576] bf16
@@ -45,4 +45,4 @@ __host__ __device__ inline int64_t part_index(int64_t s, int64_t row, int64_t he
   return (s * rows + row) * h_q + head;
 }
 
-}  // namespace attnserve::cuda::sparse_mla_sm80
+}  // namespace attnserve::cuda::sparse_mla_op

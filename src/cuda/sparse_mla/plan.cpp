@@ -7,7 +7,7 @@
 #include "attnserve/error.h"
 #include "cuda/sparse_mla/sm80/config.h"
 
-namespace attnserve::cuda::sparse_mla_sm80 {
+namespace attnserve::cuda::sparse_mla_op {
 namespace {
 
 constexpr const char* kOp = "sparse_mla";
@@ -99,4 +99,4 @@ WorkspaceLayout workspace_layout(const Plan& plan, void* base) {
   return l;
 }
 
-}  // namespace attnserve::cuda::sparse_mla_sm80
+}  // namespace attnserve::cuda::sparse_mla_op

@@ -11,7 +11,7 @@
 #include "attnserve/ops/sparse_mla.h"
 #include "cuda/common/plan_util.h"
 
-namespace attnserve::cuda::sparse_mla_sm80 {
+namespace attnserve::cuda::sparse_mla_op {
 
 struct Problem {
   int64_t rows = 0;
@@ -63,4 +63,4 @@ struct WorkspaceLayout {
 };
 WorkspaceLayout workspace_layout(const Plan& plan, void* base);
 
-}  // namespace attnserve::cuda::sparse_mla_sm80
+}  // namespace attnserve::cuda::sparse_mla_op

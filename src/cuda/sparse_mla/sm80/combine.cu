@@ -16,7 +16,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/sparse_mla/sm80/sparse_mla_sm80.h"
 
-namespace attnserve::cuda::sparse_mla_sm80 {
+namespace attnserve::cuda::sparse_mla_op {
 namespace {
 
 constexpr int kCombineThreads = 256;  // 8 warps, one (row, head) each
@@ -85,4 +85,4 @@ void launch_combine(const Params& p, void* stream) {
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace attnserve::cuda::sparse_mla_sm80
+}  // namespace attnserve::cuda::sparse_mla_op

@@ -6,7 +6,7 @@
 
 #include "cuda/common/plan_util.h"
 
-namespace attnserve::cuda::sparse_mla_sm80 {
+namespace attnserve::cuda::sparse_mla_op {
 
 constexpr int kDimQk = 576, kDimV = 512;
 constexpr int kThreads = 256;             // 8 warps
@@ -39,4 +39,4 @@ constexpr SmemLayout smem_layout(int head_block, bool fp8, int stages) {
   return l;
 }
 
-}  // namespace attnserve::cuda::sparse_mla_sm80
+}  // namespace attnserve::cuda::sparse_mla_op

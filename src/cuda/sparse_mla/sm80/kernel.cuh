@@ -32,7 +32,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/sparse_mla/sm80/sparse_mla_sm80.h"
 
-namespace attnserve::cuda::sparse_mla_sm80 {
+namespace attnserve::cuda::sparse_mla_op {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -318,4 +318,4 @@ void launch_cache(const Params& p, int head_block, std::size_t smem_bytes, void*
   ATTNSERVE_CHECK(done, "sparse_mla (sm80): no kernel for a head block of ", head_block);
 }
 
-}  // namespace attnserve::cuda::sparse_mla_sm80
+}  // namespace attnserve::cuda::sparse_mla_op
