@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "attnserve/ops.h"
-#include "cuda/sm80/attention/attention_api.h"
-#include "cuda/sm80/mla/mla_api.h"
+#include "cuda/attention/attention_api.h"
+#include "cuda/mla/mla_api.h"
 
 using namespace attnserve;
 
@@ -202,7 +202,7 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   const double flops = 4.0 * pairs * h_q * d;
   const double bytes = 2.0 * b * double(ctx) * h_kv * d * 2 + 2.0 * 2 * b * double(s) * h_q * d;
   char note[96];
-  if (cfg.sm90) std::snprintf(note, sizeof note, "[sm90 wgmma %s]", cfg.sm90 == 3 ? "ping-pong" : cfg.sm90 == 2 ? "warp-specialized" : "coop");
+  if (cfg.sm90()) std::snprintf(note, sizeof note, "[sm90 wgmma %s]", cfg.sm90() == 3 ? "ping-pong" : cfg.sm90() == 2 ? "warp-specialized" : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
   report_flops(name, us, flops, bytes, note);
 }

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "bench_sparse_util.cuh"
-#include "cuda/sm80/sparse_mla/sparse_mla_api.h"
+#include "cuda/sparse_mla/sparse_mla_api.h"
 
 using namespace attnserve;
 using namespace dsa_bench;
@@ -32,7 +32,7 @@ __global__ void fp8_token_tails(uint8_t* kv, int64_t tokens) {
   }
 }
 
-using Tuning = cuda::sparse_mla_sm80::SparseMlaTuning;
+using Tuning = cuda::sparse_mla_op::SparseMlaTuning;
 
 void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk, int64_t pool_tokens, bool fp8,
                 double peer_tflops, const std::string& peer, Tuning tune = {}) {
@@ -63,13 +63,13 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
                   .out = TensorView::contiguous(out.data(), DType::bf16, {rows, h_q, 512}, Device::cuda())};
   a.lse = TensorView::contiguous(lse.data(), DType::f32, {rows, h_q}, Device::cuda());
   a.softmax_scale = 0.1352337f;
-  const auto cfg = cuda::sparse_mla_sm80::select(a, query_device_caps(Device::cuda()), tune);
+  const auto cfg = cuda::sparse_mla_op::select(a, query_device_caps(Device::cuda()), tune);
   Buffer ws(std::max<std::size_t>(cfg.ws_bytes, 16), Device::cuda());
   const double us = median_us([&](int i) {
     SparseMlaArgs r = a;
     r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * q_set;
     r.indices.data = static_cast<int32_t*>(idx.data()) + std::size_t(i % sets) * rows * topk;
-    cuda::sparse_mla_sm80::run(r, Workspace{ws.data(), ws.bytes()}, {}, tune);
+    cuda::sparse_mla_op::run(r, Workspace{ws.data(), ws.bytes()}, {}, tune);
   }, 3, 20);
   const double flops = 2.0 * double(rows) * double(h_q) * double(topk) * (576 + 512);
   const double bytes = double(rows) * topk * row_bytes + double(q_set) + double(rows * h_q * 512) * 2;

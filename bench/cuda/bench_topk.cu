@@ -8,7 +8,7 @@
 #include <string>
 
 #include "bench_sparse_util.cuh"
-#include "cuda/sm80/topk/topk_path.h"
+#include "cuda/topk/sm80/topk_path.h"
 
 using namespace attnserve;
 using namespace dsa_bench;

@@ -82,11 +82,6 @@ TensorView unsqueeze(const TensorView& t, int dim) {
   return v;
 }
 
-TensorView shape_only(DType dtype, std::initializer_list<int64_t> shape, Device device) {
-  static char anchor[256];  // never read: the *_workspace_size functions look at shapes only
-  return TensorView::contiguous(anchor, dtype, shape, device);
-}
-
 // ---- Layers ----------------------------------------------------------------------------------------
 
 ResolvedLayer resolve_layer(const char* who, const LayerSpec& layer, float default_scale, float default_softcap,

@@ -41,8 +41,6 @@ TensorView as_rows(const TensorView& t, int64_t dim, const char* who, const char
 TensorView as_pages(const TensorView& slots, int64_t page_size);
 // A [n, ...] view with one more dim of extent 1 inserted at `dim`.
 TensorView unsqueeze(const TensorView& t, int dim);
-// A fake view of `shape` on `device` with a non-null pointer: for *_workspace_size, which read shapes only.
-TensorView shape_only(DType dtype, std::initializer_list<int64_t> shape, Device device);
 
 // ---- Layers ----------------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/config_check.h"
+#include "backend/op_plans.h"
 
 namespace attnserve {
 
@@ -97,10 +98,6 @@ DenseBackendConfig checked_dense_config(const DenseBackendConfig& in, const Devi
     if (cuda) {
       ATTNSERVE_CHECK(dtype_in(c.kv_dtype, {DType::bf16, DType::f16, DType::fp8_e4m3}), who, ": kv_dtype ",
                       dtype_name(c.kv_dtype), " on CUDA: use bf16, f16 or fp8_e4m3");
-      ATTNSERVE_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256, who, ": head_dim ", c.head_dim,
-                      " has no CUDA kernel: use 64, 128 or 256 (or run on the CPU)");
-      ATTNSERVE_CHECK(c.v_head_dim == c.head_dim, who, ": v_head_dim ", c.v_head_dim,
-                      " must equal head_dim on CUDA (", c.head_dim, ")");
     } else {
       ATTNSERVE_CHECK(dtype_in(c.kv_dtype, {DType::bf16, DType::f16, DType::fp8_e4m3, DType::f32}), who, ": kv_dtype ",
                       dtype_name(c.kv_dtype), ": use bf16, f16, fp8_e4m3 (or f32 on the CPU)");
@@ -113,9 +110,13 @@ DenseBackendConfig checked_dense_config(const DenseBackendConfig& in, const Devi
                     c.v_head_dim, " (DeepSeek: 576 and 512)");
     ATTNSERVE_CHECK(c.kv_dtype == DType::bf16 || (!cuda && c.kv_dtype == DType::f32), who, ": MLA kv_dtype ",
                     dtype_name(c.kv_dtype), ": the latent cache is bf16", cuda ? "" : " (or f32 on the CPU)");
-    if (cuda)
-      ATTNSERVE_CHECK(c.v_head_dim == 512 && c.head_dim == 576, who, ": MLA on CUDA takes v_head_dim 512 and ",
-                      "head_dim 576, got ", c.v_head_dim, " and ", c.head_dim);
+  }
+  if (cuda) {  // head dims and the rest of what the kernels support: the op plans' one list
+    const DenseCall call{.b = 1, .total_q = 1, .width = 1, .max_q = 1};
+    const cuda::Support s = c.arch == AttentionArch::mha ? cuda::attn::can_implement(mha_problem(c, call), caps)
+                                                         : cuda::mla::can_implement(mla_problem(c, call), caps);
+    ATTNSERVE_CHECK(s.ok(), who, ": ", s.reason, " (the config's head_dim ", c.head_dim, ", v_head_dim ",
+                    c.v_head_dim, "; or run on the CPU)");
   }
   ATTNSERVE_CHECK(c.sliding_window_size >= -1, who, ": sliding_window_size ", c.sliding_window_size,
                   " (use -1 for none)");
@@ -143,7 +144,6 @@ DenseBackendConfig checked_dense_config(const DenseBackendConfig& in, const Devi
                    {-1, c.head_dim});
     }
   }
-  (void)caps;
   return c;
 }
 

@@ -1,10 +1,13 @@
 // DenseBackend (seed 001 FlashAttentionBackend): the planner's metadata + paged attention / MLA.
 #include "attnserve/backend/dense.h"
 
+#include <map>
+
 #include "attnserve/ops.h"
 #include "backend/common.h"
 #include "backend/config_check.h"
-#include "backend/workspace.h"
+#include "backend/op_plans.h"
+#include "ops/planned_ops.h"
 
 namespace attnserve {
 
@@ -17,6 +20,9 @@ struct DenseBackend::Impl {
   DensePlanner planner;
   ScaleTable scales;
   const DenseMetadata* meta = nullptr;
+  BatchPlans* plans = nullptr;  // the op plans of `meta`'s batch: eager_plans or a captured graph's
+  BatchPlans eager_plans;
+  std::map<std::pair<int, ForwardMode>, BatchPlans> graph_plans;  // (bs, mode) -> made at capture
   int graph_max_bs = 0;  // 0 until init_cuda_graph_state
 
   Impl(const DenseBackendConfig& c, std::shared_ptr<SharedWorkspace> w, Stream stream)
@@ -25,7 +31,13 @@ struct DenseBackend::Impl {
         planner(plan_config(cfg), cfg.device),
         scales(cfg.kv_dtype == DType::fp8_e4m3 ? ScaleTable(cfg.kv_buffers, cfg.device, stream) : ScaleTable()) {
     planner.init(cfg.capacity, stream);
-    ws->reserve(dense_workspace_initial(cfg, ws->caps()));
+    ws->reserve(dense_workspace_for_capacity(cfg, ws->caps(), cfg.capacity.max_bs));
+  }
+  // The batch's metadata and plans become current; the workspace grows to what they need.
+  void use(const DenseMetadata& m, BatchPlans& p) {
+    ws->reserve(p.workspace_bytes());
+    meta = &m;
+    plans = &p;
   }
 
   BatchSpec with_table(const BatchSpec& b) const {
@@ -119,7 +131,8 @@ TensorView DenseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer,
       args.k_descale = scales.k_descale(layer.layer_id, b, cfg.num_kv_heads);
       args.v_descale = scales.v_descale(layer.layer_id, b, cfg.num_kv_heads);
     }
-    paged_attention(args, ws->view(), stream);
+    if (cfg.device.is_cpu()) paged_attention(args, ws->view(), stream);
+    else paged_attention(args, plans->get(cuda::attn::problem_of(args), ws->caps()), ws->view(), stream);
   } else {
     const MlaAttentionArgs args{.q_nope = q_nope, .q_rope = q_rope, .kv_cache = unsqueeze(as_pages(kv.k, P), 2),
                                 .page_table = page_table, .cache_seqlens = cache_seqlens,
@@ -127,7 +140,8 @@ TensorView DenseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer,
                                 .softmax_scale = L.scale, .causal = true, .window_left = L.window_left,
                                 .window_right = L.window_right, .softcap = L.softcap,
                                 .deterministic = cfg.deterministic};
-    mla_attention(args, ws->view(), stream);
+    if (cfg.device.is_cpu()) mla_attention(args, ws->view(), stream);
+    else mla_attention(args, plans->get(cuda::mla::problem_of(args), ws->caps()), ws->view(), stream);
   }
   return out;
 }
@@ -147,14 +161,14 @@ void DenseBackend::validate(const BatchSpec& batch) const { impl_->planner.valid
 void DenseBackend::init_forward_metadata(const BatchSpec& batch, Stream stream) {
   Impl& s = *impl_;
   const DenseMetadata& m = s.planner.plan(s.with_table(batch), stream);
-  s.ws->reserve(dense_workspace_for(s.cfg, s.ws->caps(), m));
-  s.meta = &m;
+  s.eager_plans = plan_dense_batch(s.cfg, s.ws->caps(), m);
+  s.use(m, s.eager_plans);
 }
 
 void DenseBackend::init_cuda_graph_state(int max_bs, int max_num_tokens, Stream) {
   Impl& s = *impl_;
   check_graph_capacity("DenseBackend::init_cuda_graph_state", max_bs, max_num_tokens, s.cfg.capacity);
-  s.ws->reserve(dense_workspace_graphs(s.cfg, s.ws->caps(), max_bs));
+  s.ws->reserve(dense_workspace_for_capacity(s.cfg, s.ws->caps(), max_bs));
   s.graph_max_bs = max_bs;
 }
 
@@ -168,8 +182,8 @@ void DenseBackend::init_forward_metadata_capture_cuda_graph(int bs, int num_toke
   ATTNSERVE_CHECK(num_tokens == rows, who, ": num_tokens ", num_tokens, ", but a ", to_string(mode),
                   " graph of batch size ", bs, " has ", rows, " query rows");
   const DenseMetadata& m = s.planner.capture(bs, mode, stream);
-  s.ws->reserve(dense_workspace_for(s.cfg, s.ws->caps(), m));
-  s.meta = &m;
+  BatchPlans& p = s.graph_plans[{bs, mode}] = plan_dense_batch(s.cfg, s.ws->caps(), m);
+  s.use(m, p);
 }
 
 void DenseBackend::validate_replay(int bs, const BatchSpec& batch) const {
@@ -178,7 +192,9 @@ void DenseBackend::validate_replay(int bs, const BatchSpec& batch) const {
 
 void DenseBackend::init_forward_metadata_replay_cuda_graph(int bs, const BatchSpec& batch, Stream stream) {
   Impl& s = *impl_;
-  s.meta = &s.planner.replay(bs, batch.mode, s.with_table(batch), stream);
+  const DenseMetadata& m = s.planner.replay(bs, batch.mode, s.with_table(batch), stream);
+  s.meta = &m;
+  s.plans = &s.graph_plans[{bs, batch.mode}];  // the plans captured with the graph: same shapes, no growth
 }
 
 TensorView DenseBackend::forward_extend(const ForwardArgs& args, const LayerSpec& layer, Stream stream) {
@@ -200,6 +216,9 @@ const DenseMetadata& DenseBackend::forward_metadata() const {
 const DenseBackendConfig& DenseBackend::config() const { return impl_->cfg; }
 int DenseBackend::num_layers() const { return impl_->num_layers(); }
 std::size_t DenseBackend::workspace_bytes() const { return impl_->ws->bytes(); }
+std::size_t DenseBackend::workspace_for_capacity(const DenseBackendConfig& config, const DeviceCaps& caps) {
+  return dense_workspace_for_capacity(checked_dense_config(config, caps), caps, config.capacity.max_bs);
+}
 std::size_t DenseBackend::device_bytes() const {
   return impl_->planner.device_bytes() + impl_->scales.bytes() + impl_->ws->total_bytes();
 }

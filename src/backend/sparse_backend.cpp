@@ -2,10 +2,13 @@
 // top-k made slots, and attention over each row's top-k slots through one of three kernel paths.
 #include "attnserve/backend/sparse.h"
 
+#include <map>
+
 #include "attnserve/ops.h"
 #include "backend/common.h"
 #include "backend/config_check.h"
-#include "backend/workspace.h"
+#include "backend/op_plans.h"
+#include "ops/planned_ops.h"
 
 namespace attnserve {
 
@@ -44,6 +47,9 @@ struct SparseBackend::Impl {
   Buffer scratch_buf;  // same size: slots from positions (fuse_topk = false), or positions before the
                        //   graph-safe transform (captured draft_extend)
   const SparseMetadata* meta = nullptr;
+  BatchPlans* plans = nullptr;  // the op plans of `meta`'s batch: eager_plans or a captured graph's
+  BatchPlans eager_plans;
+  std::map<std::pair<int, ForwardMode>, BatchPlans> graph_plans;  // (bs, mode) -> made at capture
   int graph_max_bs = 0;
 
   Impl(const SparseBackendConfig& c, std::shared_ptr<SharedWorkspace> w, Stream stream)
@@ -52,7 +58,13 @@ struct SparseBackend::Impl {
     const std::size_t idx_bytes = std::size_t(cfg.capacity.max_num_tokens) * cfg.index_topk * sizeof(int32_t);
     topk_buf = Buffer(idx_bytes, cfg.device);
     if (!cfg.fuse_topk || cfg.spec.draft_token_num > 0) scratch_buf = Buffer(idx_bytes, cfg.device);
-    ws->reserve(sparse_workspace_initial(cfg, ws->caps(), impls));
+    ws->reserve(sparse_workspace_for_capacity(cfg, ws->caps(), impls, cfg.capacity.max_bs));
+  }
+  // The batch's metadata and plans become current; the workspace grows to what they need.
+  void use(const SparseMetadata& m, BatchPlans& p) {
+    ws->reserve(p.workspace_bytes());
+    meta = &m;
+    plans = &p;
   }
 
   BatchSpec with_table(const BatchSpec& b) const {
@@ -172,12 +184,14 @@ TensorView SparseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer
                                 .cu_seqlens_q = m.nsa_cu_seqlens_q, .out = out, .max_seqlen_q = 1,
                                 .softmax_scale = L.scale, .causal = true, .softcap = L.softcap,
                                 .deterministic = cfg.deterministic};
-    mla_attention(args, ws->view(), stream);
+    if (cfg.device.is_cpu()) mla_attention(args, ws->view(), stream);
+    else mla_attention(args, plans->get(cuda::mla::problem_of(args), ws->caps()), ws->view(), stream);
   } else {
     const SparseMlaArgs args{.q = packed, .kv = kv.k, .indices = slots, .out = out,
                              .topk_length = m.nsa_cache_seqlens_int32, .softmax_scale = L.scale,
                              .deterministic = cfg.deterministic};
-    sparse_mla(args, ws->view(), stream);
+    if (cfg.device.is_cpu()) sparse_mla(args, ws->view(), stream);
+    else sparse_mla(args, plans->get(cuda::sparse_mla_op::problem_of(args), ws->caps()), ws->view(), stream);
   }
   return out;
 }
@@ -197,14 +211,14 @@ void SparseBackend::validate(const BatchSpec& batch) const { impl_->planner.vali
 void SparseBackend::init_forward_metadata(const BatchSpec& batch, Stream stream) {
   Impl& s = *impl_;
   const SparseMetadata& m = s.planner.plan(s.with_table(batch), stream);
-  s.ws->reserve(sparse_workspace_for(s.cfg, s.ws->caps(), s.impls, m));
-  s.meta = &m;
+  s.eager_plans = plan_sparse_batch(s.cfg, s.ws->caps(), s.impls, m);
+  s.use(m, s.eager_plans);
 }
 
 void SparseBackend::init_cuda_graph_state(int max_bs, int max_num_tokens, Stream) {
   Impl& s = *impl_;
   check_graph_capacity("SparseBackend::init_cuda_graph_state", max_bs, max_num_tokens, s.cfg.capacity);
-  s.ws->reserve(sparse_workspace_graphs(s.cfg, s.ws->caps(), s.impls, max_bs));
+  s.ws->reserve(sparse_workspace_for_capacity(s.cfg, s.ws->caps(), s.impls, max_bs));
   s.graph_max_bs = max_bs;
 }
 
@@ -218,8 +232,8 @@ void SparseBackend::init_forward_metadata_capture_cuda_graph(int bs, int num_tok
   ATTNSERVE_CHECK(num_tokens == rows, who, ": num_tokens ", num_tokens, ", but a ", to_string(mode),
                   " graph of batch size ", bs, " has ", rows, " query rows");
   const SparseMetadata& m = s.planner.capture(bs, mode, stream);
-  s.ws->reserve(sparse_workspace_for(s.cfg, s.ws->caps(), s.impls, m));
-  s.meta = &m;
+  BatchPlans& p = s.graph_plans[{bs, mode}] = plan_sparse_batch(s.cfg, s.ws->caps(), s.impls, m);
+  s.use(m, p);
 }
 
 void SparseBackend::validate_replay(int bs, const BatchSpec& batch) const {
@@ -229,6 +243,7 @@ void SparseBackend::validate_replay(int bs, const BatchSpec& batch) const {
 void SparseBackend::init_forward_metadata_replay_cuda_graph(int bs, const BatchSpec& batch, Stream stream) {
   Impl& s = *impl_;
   s.meta = &s.planner.replay(bs, batch.mode, s.with_table(batch), stream);
+  s.plans = &s.graph_plans[{bs, batch.mode}];  // the plans captured with the graph: same shapes, no growth
 }
 
 TensorView SparseBackend::get_seqlens_int32() const {
@@ -265,6 +280,9 @@ const SparseMetadata& SparseBackend::forward_metadata() const {
 const SparseBackendConfig& SparseBackend::config() const { return impl_->cfg; }
 int SparseBackend::num_layers() const { return impl_->num_layers(); }
 std::size_t SparseBackend::workspace_bytes() const { return impl_->ws->bytes(); }
+std::size_t SparseBackend::workspace_for_capacity(const SparseBackendConfig& config, const DeviceCaps& caps) {
+  return sparse_workspace_for_capacity(config, caps, checked_sparse_config(config, caps), config.capacity.max_bs);
+}
 std::size_t SparseBackend::device_bytes() const {
   const Impl& s = *impl_;
   return s.planner.device_bytes() + s.topk_buf.bytes() + s.scratch_buf.bytes() + s.ws->total_bytes();

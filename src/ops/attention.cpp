@@ -9,6 +9,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/load.h"
 #include "cuda/cuda_ops.h"
+#include "ops/planned_ops.h"
 
 namespace attnserve {
 namespace {
@@ -218,6 +219,20 @@ void mla_attention(const MlaAttentionArgs& a, Workspace ws, Stream stream) {
     require_cuda_device("mla_attention");
     cuda::mla_attention(a, ws, stream);
   }
+}
+
+void paged_attention(const PagedAttentionArgs& a, const cuda::attn::Plan& plan, Workspace ws, Stream stream) {
+  if (a.q.device.is_cpu()) return paged_attention(a, ws, stream);
+  validate(a);
+  require_cuda_device("paged_attention");
+  cuda::paged_attention(a, plan, ws, stream);
+}
+
+void mla_attention(const MlaAttentionArgs& a, const cuda::mla::Plan& plan, Workspace ws, Stream stream) {
+  if (a.q_nope.device.is_cpu()) return mla_attention(a, ws, stream);
+  validate(a);
+  require_cuda_device("mla_attention");
+  cuda::mla_attention(a, plan, ws, stream);
 }
 
 void merge_state(const MergeStateArgs& a, Stream stream) {

@@ -5,7 +5,7 @@
 #include "attnserve/ops/index_k_gather.h"
 #include "cpu/index_k_gather.h"
 #include "cuda/cuda_ops.h"  // require_cuda_device
-#include "cuda/index_k_gather.h"
+#include "cuda/index_k_gather/index_k_gather.h"
 
 namespace attnserve {
 

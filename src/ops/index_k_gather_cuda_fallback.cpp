@@ -2,7 +2,7 @@
 // without CUDA, for the reason given in src/ops/cuda_fallback.cpp (a fallback in a static library could
 // shadow the real kernel).
 #ifndef ATTNSERVE_WITH_CUDA
-#include "cuda/index_k_gather.h"
+#include "cuda/index_k_gather/index_k_gather.h"
 
 namespace attnserve::cuda {
 

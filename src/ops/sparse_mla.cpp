@@ -7,6 +7,7 @@
 #include "attnserve/cache_formats.h"
 #include "cpu/cpu_ops.h"
 #include "cuda/cuda_ops.h"
+#include "ops/planned_ops.h"
 
 namespace attnserve {
 namespace {
@@ -101,6 +102,13 @@ void sparse_mla(const SparseMlaArgs& a, Workspace ws, Stream stream) {
     require_cuda_device("sparse_mla");
     cuda::sparse_mla(a, ws, stream);
   }
+}
+
+void sparse_mla(const SparseMlaArgs& a, const cuda::sparse_mla_op::Plan& plan, Workspace ws, Stream stream) {
+  if (a.q.device.is_cpu()) return sparse_mla(a, ws, stream);
+  validate_shapes(a);
+  require_cuda_device("sparse_mla");
+  cuda::sparse_mla(a, plan, ws, stream);
 }
 
 }  // namespace attnserve

@@ -11,7 +11,7 @@
 
 #include "attnserve/ops/attention.h"
 #include "cpu/cpu_ops.h"
-#include "cuda/sm80/attention/attention_api.h"
+#include "cuda/attention/attention_api.h"
 #include "gpu_test_util.h"
 
 namespace attnserve::test {

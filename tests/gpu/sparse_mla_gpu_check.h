@@ -13,7 +13,7 @@
 
 #include "attnserve/ops/sparse_mla.h"
 #include "cpu/sparse_mla_problem.h"
-#include "cuda/sm80/sparse_mla/sparse_mla_api.h"
+#include "cuda/sparse_mla/sparse_mla_api.h"
 #include "test_sparse_gpu_util.h"
 
 namespace attnserve::test::dsa_gpu {
@@ -26,7 +26,7 @@ struct GpuResult {
   HostTensor out, lse, max_logits;
 };
 
-using SparseTuning = cuda::sparse_mla_sm80::SparseMlaTuning;
+using SparseTuning = cuda::sparse_mla_op::SparseMlaTuning;
 
 // Runs `h` (views into host memory) on the GPU twice with poisoned outputs; requires identical bits.
 // Without `tune`: the public op with the workspace it asks for. With `tune`: the CUDA launcher with
@@ -41,12 +41,12 @@ inline GpuResult run_gpu(const SparseMlaArgs& h, const HostTensor& out_like, con
   d.attn_sink = sink.view, d.lse = lse.view, d.max_logits = ml.view;
   const DeviceCaps caps = query_device_caps(Device::cuda());
   std::size_t ws_bytes = sparse_mla_workspace_size(d, caps);
-  if (tune && d.q.size(0) > 0) ws_bytes = cuda::sparse_mla_sm80::select(d, caps, *tune).ws_bytes;
+  if (tune && d.q.size(0) > 0) ws_bytes = cuda::sparse_mla_op::select(d, caps, *tune).ws_bytes;
   Buffer ws(std::max<std::size_t>(ws_bytes, 16), Device::cuda());
   std::vector<uint8_t> first[3];
   for (int run = 0; run < 2; ++run) {
     out.poison(), lse.poison(), ml.poison();
-    if (tune) cuda::sparse_mla_sm80::run(d, Workspace{ws.data(), ws.bytes()}, {}, *tune);
+    if (tune) cuda::sparse_mla_op::run(d, Workspace{ws.data(), ws.bytes()}, {}, *tune);
     else sparse_mla(d, Workspace{ws.data(), ws.bytes()}, {});
     stream_synchronize({});
     std::vector<uint8_t> now[3] = {out.bytes(), lse.bytes(), ml.bytes()};

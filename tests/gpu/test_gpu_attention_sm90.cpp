@@ -26,7 +26,7 @@ void check_sm90(AttnSpec s, std::mt19937_64& g) {
       const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
                                           c.q_view, TensorView{}, TensorView{}, TensorView{});
       const cuda::attn::Config cfg = cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning);
-      ASSERT_EQ(cfg.sm90, variant) << "the selector did not pick the Hopper kernel";
+      ASSERT_EQ(cfg.sm90(), variant) << "the selector did not pick the Hopper kernel";
       EXPECT_EQ(cfg.ws_bytes, 0u);
     }
     check_case(s, g);
@@ -42,7 +42,7 @@ TEST(GpuAttentionSm90, AutoSelectsHopperForPrefillOnly) {
     AttnCase c(s, g);
     const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
                                         c.q_view, TensorView{}, TensorView{}, TensorView{});
-    return cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning).sm90 != 0;
+    return cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning).sm90() != 0;
   };
   AttnSpec prefill;
   prefill.q_lens = {2048};

@@ -7,7 +7,7 @@
 
 #include "attnserve/ops/attention.h"
 #include "cpu/cpu_ops.h"
-#include "cuda/sm80/mla/mla_api.h"
+#include "cuda/mla/mla_api.h"
 #include "gpu_attention_case.h"
 
 using namespace attnserve;

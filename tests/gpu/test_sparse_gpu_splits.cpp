@@ -13,7 +13,7 @@
 using namespace attnserve;
 using namespace attnserve::test;
 using namespace attnserve::test::dsa_gpu;
-using cuda::sparse_mla_sm80::SparseMlaConfig;
+using cuda::sparse_mla_op::SparseMlaConfig;
 
 namespace {
 
@@ -150,33 +150,33 @@ TEST(SparseMlaGpuSplits, RingDepthDoesNotChangeBits) {
 TEST(SparseMlaSplitSelector, SplitsOnlyWhenTheGridIsUnderfilled) {
   const DeviceCaps caps = h200_caps();
   // 128 rows x h_q 16: 128 CTAs for 264 slots (two HB-16 CTAs per SM) -> split, 2-stage ring.
-  const SparseMlaConfig d16 = cuda::sparse_mla_sm80::select(shape_args(128, 16, 2048, true), caps);
+  const SparseMlaConfig d16 = cuda::sparse_mla_op::select(shape_args(128, 16, 2048, true), caps);
   EXPECT_EQ(d16.head_block, 16);
   EXPECT_GE(d16.num_splits, 2);
   EXPECT_EQ(d16.ctas_per_sm, 2);
   EXPECT_GT(d16.ws_bytes, 0u);
   // 128 rows x h_q 128: 256 CTAs of HB 64 fill the GPU -> the unsplit kernel, no workspace.
-  const SparseMlaConfig d128 = cuda::sparse_mla_sm80::select(shape_args(128, 128, 2048, true), caps);
+  const SparseMlaConfig d128 = cuda::sparse_mla_op::select(shape_args(128, 128, 2048, true), caps);
   EXPECT_EQ(d128.num_splits, 1);
   EXPECT_EQ(d128.ws_bytes, 0u);
   // 32 rows x h_q 128: 64 CTAs -> split.
-  EXPECT_GE(cuda::sparse_mla_sm80::select(shape_args(32, 128, 2048, true), caps).num_splits, 2);
+  EXPECT_GE(cuda::sparse_mla_op::select(shape_args(32, 128, 2048, true), caps).num_splits, 2);
   // Prefill-sized batches never split.
-  EXPECT_EQ(cuda::sparse_mla_sm80::select(shape_args(4096, 16, 2048, false), caps).num_splits, 1);
+  EXPECT_EQ(cuda::sparse_mla_op::select(shape_args(4096, 16, 2048, false), caps).num_splits, 1);
   // Short top-k lists: at least 4 tiles per split, so 3 tiles never split.
-  EXPECT_EQ(cuda::sparse_mla_sm80::select(shape_args(1, 16, 96, true), caps).num_splits, 1);
+  EXPECT_EQ(cuda::sparse_mla_op::select(shape_args(1, 16, 96, true), caps).num_splits, 1);
 }
 
 TEST(SparseMlaSplitSelector, ShapesOnlyAndOverrides) {
   const DeviceCaps caps = h200_caps();
   SparseMlaArgs a = shape_args(16, 16, 2048, true);
-  const SparseMlaConfig base = cuda::sparse_mla_sm80::select(a, caps);
+  const SparseMlaConfig base = cuda::sparse_mla_op::select(a, caps);
   // Optional tensors (device-side lengths, sink, stats) never change the launch (CUDA graphs).
   static int32_t lens[16];
   static float sink[16];
   a.topk_length = TensorView::contiguous(lens, DType::i32, {16}, Device::cuda());
   a.attn_sink = TensorView::contiguous(sink, DType::f32, {16}, Device::cuda());
-  const SparseMlaConfig with = cuda::sparse_mla_sm80::select(a, caps);
+  const SparseMlaConfig with = cuda::sparse_mla_op::select(a, caps);
   EXPECT_EQ(with.num_splits, base.num_splits);
   EXPECT_EQ(with.stages, base.stages);
   EXPECT_EQ(with.ws_bytes, base.ws_bytes);
@@ -184,20 +184,20 @@ TEST(SparseMlaSplitSelector, ShapesOnlyAndOverrides) {
   EXPECT_EQ(sparse_mla_workspace_size(a, caps), base.ws_bytes);
   // Deterministic: one CTA per row whatever the batch.
   a.deterministic = true;
-  EXPECT_EQ(cuda::sparse_mla_sm80::select(a, caps).num_splits, 1);
+  EXPECT_EQ(cuda::sparse_mla_op::select(a, caps).num_splits, 1);
   EXPECT_EQ(sparse_mla_workspace_size(a, caps), 0u);
   a.deterministic = false;
   // Forced counts: clamped to the tiles and recut so that no split is empty by construction.
   for (int s : {1, 2, 3, 4, 8}) {
-    const SparseMlaConfig f = cuda::sparse_mla_sm80::select(a, caps, {.num_splits = s});
+    const SparseMlaConfig f = cuda::sparse_mla_op::select(a, caps, {.num_splits = s});
     EXPECT_EQ(f.num_splits, s);
     EXPECT_EQ(f.split_tiles, (64 + s - 1) / s);
     EXPECT_EQ(f.ws_bytes > 0, s > 1);
   }
-  const SparseMlaConfig many = cuda::sparse_mla_sm80::select(shape_args(2, 16, 100, true), caps, {.num_splits = 8});
+  const SparseMlaConfig many = cuda::sparse_mla_op::select(shape_args(2, 16, 100, true), caps, {.num_splits = 8});
   EXPECT_EQ(many.num_splits, 4);  // 100 keys = 4 tiles
   EXPECT_EQ(many.split_tiles, 1);
-  const SparseMlaConfig cut = cuda::sparse_mla_sm80::select(shape_args(2, 16, 500, true), caps, {.num_splits = 3});
+  const SparseMlaConfig cut = cuda::sparse_mla_op::select(shape_args(2, 16, 500, true), caps, {.num_splits = 3});
   EXPECT_EQ(cut.num_splits, 3);
   EXPECT_EQ(cut.split_tiles, 6);  // 16 tiles: 6 / 6 / 4
 }

@@ -14,7 +14,7 @@
 
 #include "attnserve/ops/topk.h"
 #include "cpu/test_topk_util.h"
-#include "cuda/sm80/topk/topk_path.h"
+#include "cuda/topk/sm80/topk_path.h"
 #include "test_sparse_gpu_util.h"
 
 using namespace attnserve;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes src/cuda/sm90/common/wgmma_ops.inc: the wgmma.mma_async wrappers (one per N, operand
+"""Writes src/cuda/common/sm90/wgmma_ops.inc: the wgmma.mma_async wrappers (one per N, operand
 source and dtype). The accumulator lists are long and regular, so they are generated rather than
-typed; rerun after changing this script: python3 tools/gen/gen_wgmma.py > src/cuda/sm90/common/wgmma_ops.inc
+typed; rerun after changing this script: python3 tools/gen/gen_wgmma.py > src/cuda/common/sm90/wgmma_ops.inc
 """
 
 DTYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]

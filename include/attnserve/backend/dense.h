@@ -13,11 +13,13 @@
 //   per step: b.init_forward_metadata_replay_cuda_graph(bs, batch); launch the graph.
 //
 // Memory: everything is allocated at construction (planner buffers, fp8 scale table, the kernels'
-// workspace, sized from the ops' *_workspace_size for the capacity). Forward calls never allocate:
-// the caller passes `out` (ForwardArgs::out), which forward returns as [T, h_q, v_head_dim]. The
-// workspace is re-checked against each batch and grown only in init_forward_metadata / capture (never
-// in forward, never in replay); a grown workspace keeps the old one alive so graphs captured earlier
-// stay valid. On the CPU the workspace is empty.
+// workspace, sized by workspace_for_capacity from the ops' plans for every batch of the capacity).
+// Forward calls never allocate: the caller passes `out` (ForwardArgs::out), which forward returns as
+// [T, h_q, v_head_dim]. init_forward_metadata / capture make the batch's op plans (kernel, tiles,
+// splits, workspace: src/cuda/<op>/plan.h) once; every layer's forward reuses them, and a replay the
+// plans captured with its graph. The workspace is re-checked against each batch's plans and grown only
+// in init_forward_metadata / capture (never in forward, never in replay); a grown workspace keeps the
+// old one alive so graphs captured earlier stay valid. On the CPU the workspace is empty.
 //
 // Forward mode -> call: decode and draft_decode go through forward_decode; extend, target_verify and
 // draft_extend through forward_extend (as in the seeds); forward() picks by the current mode.
@@ -68,6 +70,9 @@ class DenseBackend {
   const DenseBackendConfig& config() const;
   int num_layers() const;
   std::size_t workspace_bytes() const;
+  // The kernel workspace every batch within config.capacity needs on a device with `caps` (what the
+  // constructor reserves; 0 on the CPU): an engine can size its memory once at start.
+  static std::size_t workspace_for_capacity(const DenseBackendConfig& config, const DeviceCaps& caps);
   std::size_t device_bytes() const;  // planner buffers + scale table + workspace
 
  private:

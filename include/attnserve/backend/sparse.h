@@ -99,6 +99,9 @@ class SparseBackend {
   const SparseBackendConfig& config() const;
   int num_layers() const;
   std::size_t workspace_bytes() const;
+  // The kernel workspace every batch within config.capacity needs on a device with `caps` (what the
+  // constructor reserves; 0 on the CPU): an engine can size its memory once at start.
+  static std::size_t workspace_for_capacity(const SparseBackendConfig& config, const DeviceCaps& caps);
   std::size_t device_bytes() const;
 
  private:

@@ -9,6 +9,7 @@
 
 #include "attnserve/runtime.h"
 #include "check.cuh"
+#include "plan_util.h"  // ceil_div, heuristic_splits
 
 namespace attnserve::cuda {
 
@@ -71,25 +72,6 @@ class DeviceGuard {
 
 // The current device's capabilities (SM count, shared memory per block, arch), queried once per device.
 const DeviceCaps& current_device_caps();
-
-inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
-
-// Split-KV count, FlashAttention-style: split only when the `base` CTAs leave the `slots` CTA slots of
-// the GPU underfilled; the smallest split count (<= max_splits, <= 64) whose wave efficiency is within
-// 85% of the best.
-inline int heuristic_splits(int64_t base, int slots, int max_splits) {
-  if (base <= 0 || double(base) >= 0.8 * slots) return 1;
-  const int max_s = std::max(1, std::min(64, max_splits));
-  double best = 0, eff[65] = {};
-  for (int s = 1; s <= max_s; ++s) {
-    const double waves = double(base) * s / slots;
-    eff[s] = waves / std::ceil(waves);
-    best = std::max(best, eff[s]);
-  }
-  for (int s = 1; s <= max_s; ++s)
-    if (eff[s] >= 0.85 * best) return s;
-  return 1;
-}
 
 // Grid for a grid-stride loop over `work` items with `threads` per block.
 inline unsigned grid_for(int64_t work, int threads) {

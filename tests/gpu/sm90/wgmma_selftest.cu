@@ -4,7 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "cuda/sm90/common/wgmma.cuh"
+#include "cuda/common/sm90/wgmma.cuh"
 #include "wgmma_selftest.h"
 
 namespace attnserve::test::sm90 {

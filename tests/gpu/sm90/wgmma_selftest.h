@@ -1,5 +1,5 @@
 // Tiny GEMMs through exactly the wgmma primitives and shared-memory layouts of the Hopper
-// attention kernel (src/cuda/sm90/common/wgmma.cuh), so a device failure names the primitive.
+// attention kernel (src/cuda/common/sm90/wgmma.cuh), so a device failure names the primitive.
 // Built only with sm_90a (ATTNSERVE_HAVE_SM90); the host wrappers allocate, launch and copy back.
 #pragma once
 #include <cstdint>

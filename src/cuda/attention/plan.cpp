@@ -1,0 +1,163 @@
+// Paged attention's plan (plan.h): the selector of the portable and Hopper kernels, in host code.
+#include "cuda/attention/plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+#include "attnserve/error.h"
+#include "cuda/attention/sm80/config.h"
+#include "cuda/attention/sm90/config.h"
+
+namespace attnserve::cuda::attn {
+namespace {
+
+constexpr const char* kOp = "paged_attention";
+
+// ATTNSERVE_ATTN_SM90=0 in the environment keeps the auto choice on the portable kernel (read once).
+bool sm90_env_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("ATTNSERVE_ATTN_SM90");
+    return !(v && v[0] == '0');
+  }();
+  return allowed;
+}
+
+// The Hopper kernel supports the problem: built, sm_90 device, bf16/f16 K/V of q's dtype, its head
+// dims, no descale, not deterministic (its row blocks differ from the portable MT = 1 order).
+bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t, int variant) {
+  return t.sm90a && caps.arch == 90 && p.kv_dtype == p.dtype && attn90::HeadDims::contains(p.d) && !p.descale &&
+         !p.deterministic && attn90::smem_bytes(p.d, variant) <= caps.smem_per_block &&
+         // 32-bit slot and byte-stride arithmetic in its K/V gather (sm90/tile_load.cuh)
+         p.kv_token_stride * 2 <= INT32_MAX && p.num_pages * p.page_size <= INT32_MAX;
+}
+
+}  // namespace
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::sm80: return "sm80";
+    case Kernel::sm90_coop: return "sm90_coop";
+    case Kernel::sm90_warp_specialized: return "sm90_warp_specialized";
+    case Kernel::sm90_ping_pong: return "sm90_ping_pong";
+  }
+  return "?";
+}
+
+Targets Targets::built() {
+#ifdef ATTNSERVE_HAVE_SM90
+  return Targets{.sm90a = true};
+#else
+  return Targets{.sm90a = false};
+#endif
+}
+
+Problem problem_of(const PagedAttentionArgs& a) {
+  return Problem{.b = a.cache_seqlens.size(0), .total_q = a.q.size(0), .h_q = int(a.q.size(1)),
+                 .h_kv = int(a.k_cache.size(2)), .d = int(a.q.size(2)), .d_v = int(a.v_cache.size(3)),
+                 .num_pages = a.k_cache.size(0), .page_size = a.k_cache.size(1), .max_pages = a.page_table.size(1),
+                 .kv_token_stride = std::max(a.k_cache.stride(1), a.v_cache.stride(1)),
+                 .max_seqlen_q = a.max_seqlen_q, .dtype = a.q.dtype, .out_dtype = a.out.dtype,
+                 .kv_dtype = a.k_cache.dtype, .descale = !a.k_descale.empty_view() || !a.v_descale.empty_view(),
+                 .deterministic = a.deterministic};
+}
+
+Support can_implement(const Problem& p, const DeviceCaps& caps) {
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    return unsupported(kOp, ": q must be bf16 or f16 on CUDA, got ", dtype_name(p.dtype));
+  if (p.kv_dtype != p.dtype && p.kv_dtype != DType::fp8_e4m3)
+    return unsupported(kOp, ": k_cache must have q's dtype or fp8_e4m3 on CUDA, got ", dtype_name(p.kv_dtype));
+  if (!HeadDims::contains(p.d))
+    return unsupported(kOp, ": CUDA supports head dims ", HeadDims::str(), "; q has ", p.d);
+  if (p.d_v != p.d) return unsupported(kOp, ": CUDA needs k_cache and v_cache head dims equal to q's (", p.d, ")");
+  if (p.out_dtype != p.dtype) return unsupported(kOp, ": out must have q's dtype");
+  if (p.num_pages * p.page_size >= (int64_t(1) << 31))
+    return unsupported(kOp, ": pool too large for 32-bit slot indices");
+  if (p.total_q > 0 && p.max_seqlen_q <= 0)
+    return unsupported(kOp, ": max_seqlen_q must be > 0 on CUDA (got ", p.max_seqlen_q, ")");
+  if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
+    return unsupported(kOp, ": h_q (", p.h_q, ") must be a multiple of h_kv (", p.h_kv, ")");
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  if (smem_bytes(p.d, fp8, 1, 2) > caps.smem_per_block)
+    return unsupported(kOp, ": head dim ", p.d, " needs ", smem_bytes(p.d, fp8, 1, 2),
+                       " bytes of shared memory per block, the device allows ", caps.smem_per_block);
+  return {};
+}
+
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, const Targets& targets) {
+  const Support s = can_implement(p, caps);
+  ATTNSERVE_CHECK(s.ok(), s.reason);
+  Plan c;
+  c.problem = p;
+  const int d = p.d;
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  const int h_kv = p.h_kv, group = p.h_q / std::max(1, h_kv);
+  const int64_t rows_max = int64_t(std::max(1, p.max_seqlen_q)) * group;
+  // Deterministic mode always uses MT = 1 (16-row blocks, 4 warps splitting each key tile), so a
+  // row's summation order never depends on the other requests of the batch.
+  c.mt = p.deterministic ? 1 : (rows_max <= 16 ? 1 : 4);
+  if (!p.deterministic && (tune.mt == 1 || tune.mt == 4)) c.mt = tune.mt;
+  c.m_blocks = ceil_div(rows_max, 16 * c.mt);
+
+  // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
+  const std::size_t per_block = caps.smem_per_block;
+  const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;
+  const int smax = max_stages_for(d, fp8);
+  c.stages = 0;
+  for (int s = smax; s >= 2 && !c.stages; --s)
+    if (smem_bytes(d, fp8, c.mt, s) <= two_ctas) c.stages = s;
+  for (int s = smax; s >= 2 && !c.stages; --s)
+    if (smem_bytes(d, fp8, c.mt, s) <= per_block) c.stages = s;
+  if (tune.stages >= 2 && tune.stages <= kMaxStages) c.stages = tune.stages;
+  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(d, fp8, c.mt, 2),
+                  " bytes of shared memory per block, the device allows ", per_block);
+  c.smem = smem_bytes(d, fp8, c.mt, c.stages);
+  const int ctas_per_sm = c.smem <= two_ctas ? 2 : 1;
+
+  const int64_t max_keys = p.max_pages * p.page_size;
+  const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), tile_keys(c.mt));
+  if (p.deterministic) {
+    c.split_keys = kDeterministicSplitKeys;
+    c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));
+  } else {
+    c.split_keys = 0;
+    // >= 2 key tiles per split
+    c.num_splits = heuristic_splits(p.b * h_kv * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles / 2);
+    if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
+  }
+  c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
+  ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
+  // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
+  // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
+  const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
+  // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
+  // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..3
+  // forces one.
+  const int variant =
+      tune.sm90 == attn90::kCoop || tune.sm90 == attn90::kWarpSpecialized ? tune.sm90 : attn90::kPingPong;
+  const bool want90 =
+      tune.sm90 > 0 || (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
+  if (want90 && sm90_supports(p, caps, targets, variant)) {
+    c.kernel = Kernel(variant);
+    c.num_splits = 1;
+    c.split_keys = 0;
+    c.m_blocks = ceil_div(rows_max, attn90::kRows);
+    c.smem = attn90::smem_bytes(d, variant);
+  }
+  c.ws_bytes = workspace_layout(c, nullptr).bytes;
+  return c;
+}
+
+WorkspaceLayout workspace_layout(const Plan& plan, void* base) {
+  WorkspaceLayout l;
+  if (plan.kernel != Kernel::sm80 || plan.num_splits <= 1) return l;
+  const std::size_t rows = std::size_t(plan.problem.total_q) * std::size_t(plan.problem.h_q);
+  const std::size_t splits = std::size_t(plan.num_splits);
+  WorkspaceCarver carve(base);
+  l.part_o = carve.take<float>(splits * rows * std::size_t(plan.problem.d));
+  l.part_lse = carve.take<float>(splits * rows);
+  l.bytes = carve.bytes();
+  return l;
+}
+
+}  // namespace attnserve::cuda::attn

@@ -1,0 +1,37 @@
+// Portable (sm80+) paged attention: what the kernel supports, its tile shapes and shared-memory size.
+// Host-visible (plain C++): the plan (../plan.cpp) sizes and chooses with it, the kernel is built from it.
+// Adding a head dim: add it to HeadDims and add its instantiations (instantiations/).
+#pragma once
+#include <cstddef>
+
+#include "cuda/common/plan_util.h"
+
+namespace attnserve::cuda::attn {
+
+using HeadDims = IntList<64, 128, 256>;  // q/k = v head dims of the instantiations
+
+constexpr int kThreads = 128;
+constexpr int kTileKeys = 64;
+// Keys per pipeline stage. Measured on the H200 (bench/NOTES.md): 32-key tiles with a deeper
+// pipeline ran decode at 2.7 TB/s against 3.6 for 64-key tiles: a per-tile cost dominates.
+constexpr int tile_keys(int /*mt*/) { return 64; }
+constexpr int kMaxStages = 8;
+constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
+
+// Deepest pipeline worth having; the plan then takes the deepest that fits two CTAs per SM.
+constexpr int max_stages_for(int d, bool fp8) {
+  const int s = (d <= 64 ? 4 : d <= 128 ? 3 : 2) + (fp8 ? 1 : 0);
+  return s < 4 ? s : 4;
+}
+
+// Shared memory of one CTA (bytes); the kernel lays it out the same way.
+constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
+  const std::size_t q = std::size_t(16 * mt) * d * 2;
+  const std::size_t raw_tile = std::size_t(tile_keys(mt)) * d * (fp8 ? 1 : 2);
+  const std::size_t conv = fp8 ? 2 * std::size_t(tile_keys(mt)) * d * 2 : 0;
+  const std::size_t stats = 640 * 4;
+  const std::size_t page_ring = std::size_t(2 * stages) * kTileKeys * 4;
+  return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring;
+}
+
+}  // namespace attnserve::cuda::attn

@@ -1,0 +1,464 @@
+// The portable paged-attention kernel (sm80+, mma.sync m16n8k16, cp.async pipeline).
+//
+// One CTA = (m-block, kv head, split, request). Its M rows are "packed" rows of one request and
+// one KV head: packed row pr = q_row * group + head_in_group, so the query heads that share a KV
+// head (and, for verify/extend, the query rows) form the M dimension and each K/V byte is read
+// once per CTA. Keys stream through shared memory in tiles of 64 with a `stages`-deep cp.async
+// pipeline; the page table is looked up per token (any page size), one tile ahead.
+//
+// Warps: 4. MT = 1 (<= 16 packed rows: decode, verify, deterministic mode): the 4 warps split each
+// 64-key tile into 4 slices of 16 keys and combine at the end. MT = 4 (<= 64 rows: extend,
+// prefill): each warp owns 16 rows and all 64 keys of a tile (FlashAttention-2 style). The code
+// also supports splitting output columns across warps (DH), unused since 32-key tiles lost.
+// Online softmax in base 2.
+//
+// FP8 KV: the e4m3 tile lands in shared memory as bytes and is widened to T (exact) before the
+// tensor cores read it; k_descale scales the scores and v_descale the output.
+//
+// Tried and measured (bench/NOTES.md, session 2): one sm_90 bulk copy (cp.async.bulk on an mbarrier)
+// per token row instead of 16-byte cp.async chunks ran decode at 3107 GB/s against 3915: removed.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "cuda/common/masking.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/attention/sm80/attention_sm80.h"
+
+namespace attnserve::cuda::attn {
+
+template <typename T, int D, bool FP8, int MT>
+struct Traits {
+  static constexpr int kRows = 16 * MT;               // packed rows per CTA
+  static constexpr int kTile = tile_keys(MT);         // keys per pipeline stage
+  static constexpr int KS = MT == 1 ? 4 : 1;          // key slices per tile
+  static constexpr int DH = 1;                        // output-column parts
+  static constexpr int NKW = kTile / KS;              // keys per warp per tile (16 or 64)
+  static constexpr int DW = D / DH;                   // output columns per warp
+  static_assert(MT * KS * DH == 4, "4 warps");
+  static constexpr int kRowBytes = D * 2;             // a T row in shared memory
+  static constexpr int kChunks = D / 8;               // 16-byte chunks of a T row
+  static constexpr int kRawRowBytes = FP8 ? D : D * 2;
+  static constexpr int kRawChunks = kRawRowBytes / 16;
+  static constexpr int kRawTileBytes = kTile * kRawRowBytes;
+  static constexpr int kLoadStep = kThreads / kRawChunks;          // tile rows covered per pass
+  static constexpr int kRowsPerThread = kTile / kLoadStep;         // tile rows each thread loads
+  static constexpr int kQBytes = kRows * kRowBytes;
+  static constexpr int kConvBytes = FP8 ? 2 * kTile * kRowBytes : 0;
+  static constexpr bool kQInRegs = D <= 128;
+  static constexpr int kOStride = D + 8;  // f32 row stride of the epilogue buffer (bank spread)
+  static_assert(kThreads % kRawChunks == 0 && kTile % kLoadStep == 0, "tile load mapping");
+  static_assert(D % 64 == 0, "head dim must be a multiple of 64");
+};
+
+// Byte offset of 16-byte chunk `c` of row `r` in a swizzled T tile (rows of D*2 bytes): XOR of the
+// chunk with the row's low 3 bits keeps ldmatrix's 8-row reads on distinct banks.
+template <int ROW_BYTES>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return uint32_t(r * ROW_BYTES + ((c ^ (r & 7)) << 4));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
+  const float2 f = fp8x2_to_float2(two);
+  return ptx::pack2<T>(f.x, f.y);  // exact: every e4m3 value is representable in bf16 and f16
+}
+
+template <typename T, int D, bool FP8, int MT>
+__global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params p) {
+  using Tr = Traits<T, D, FP8, MT>;
+  extern __shared__ __align__(128) char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int mb = blockIdx.x;
+  const int hk = blockIdx.y % p.h_kv, split = blockIdx.y / p.h_kv;
+  const int r = blockIdx.z;
+
+  const int q_start = p.cu_seqlens_q[r];
+  const int q_len = p.cu_seqlens_q[r + 1] - q_start;
+  const int k_len = p.cache_seqlens[r];
+  const int rows_total = q_len * p.group;
+  const int row0 = mb * Tr::kRows;
+  if (row0 >= rows_total) return;  // uniform: this m-block has no rows for this request
+
+  // ---- keys this CTA visits: the rows' union, cut to this split; tiles start at multiples of 64.
+  int blo, bhi, unused;
+  {
+    const int qr_first = row0 / p.group;
+    const int qr_last = (min(row0 + Tr::kRows, rows_total) - 1) / p.group;
+    row_bounds(p, qr_first, q_len, k_len, blo, unused);
+    row_bounds(p, qr_last, q_len, k_len, unused, bhi);
+  }
+  int k_begin, k_end;
+  if (p.split_keys > 0) {
+    k_begin = max(split * p.split_keys, blo & ~(Tr::kTile - 1));
+    k_end = min((split + 1) * p.split_keys, bhi + 1);
+  } else {
+    const int start = blo & ~(Tr::kTile - 1);
+    const int span = bhi + 1 - start;
+    const int per = span > 0 ? ((span + p.num_splits - 1) / p.num_splits + Tr::kTile - 1) & ~(Tr::kTile - 1) : 0;
+    k_begin = start + split * per;
+    k_end = min(k_begin + per, bhi + 1);
+  }
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + Tr::kTile - 1) / Tr::kTile : 0;
+
+  // ---- shared memory
+  char* sQ = smem;
+  char* sKV = smem + Tr::kQBytes;  // stages x {K, V} raw tiles
+  char* sConv = sKV + p.stages * 2 * Tr::kRawTileBytes;
+  float* sStat = reinterpret_cast<float*>(sConv + Tr::kConvBytes);
+  float* sM = sStat;              // [4][64]
+  float* sL = sStat + 256;        // [4][64]
+  float* sRowScale = sStat + 512; // [64]
+  float* sRowLse = sStat + 576;   // [64]
+
+  // ---- Q: packed rows -> swizzled tile (zeros for rows past the request)
+  for (int idx = tid; idx < Tr::kRows * Tr::kChunks; idx += kThreads) {
+    const int row = idx / Tr::kChunks, ch = idx % Tr::kChunks;
+    const int pr = row0 + row;
+    const bool valid = pr < rows_total;
+    const char* src = p.q;
+    if (valid) {
+      const int qr = pr / p.group, h = hk * p.group + (pr - qr * p.group);
+      src = p.q + ((int64_t(q_start + qr) * p.q_st + int64_t(h) * p.q_sh) * 2 + ch * 16);
+    }
+    ptx::cp_async_16(ptx::smem_addr(sQ + swz<Tr::kRowBytes>(row, ch)), src, valid ? 16 : 0);
+  }
+  ptx::cp_async_commit();
+
+  // ---- Page ids: cp.async'ed into a shared ring `stages` tiles ahead of their K/V loads, so no
+  // thread ever waits on a page-table read (measured: register prefetch one tile ahead left
+  // page_size 1 at 2.0 TB/s; the reads queue behind the bulk traffic). 2 * stages entries: the
+  // prologue reads slots with no barrier before the loop's first writes (racecheck).
+  const int ring = 2 * p.stages;
+  int* sPage = reinterpret_cast<int*>(sStat + 640);  // [ring][Tr::kTile]
+  const int* pt = p.page_table + int64_t(r) * p.pt_st;
+  auto issue_pages = [&](int tile) {
+    if (tile >= n_tiles) return;
+    const int j0 = k_begin + tile * Tr::kTile;
+    const int p0 = j0 / p.page_size, p1 = (min(j0 + Tr::kTile, k_end) - 1) / p.page_size;
+    if (tid <= p1 - p0) {
+      const int pi = p0 + tid;
+      const bool ok = pi < p.max_pages;
+      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % ring) * Tr::kTile + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
+    }
+  };
+
+  // ---- K/V tile loads: thread owns chunk `lch` of rows lrow0 + i * kLoadStep.
+  const int lch = tid % Tr::kRawChunks, lrow0 = tid / Tr::kRawChunks;
+  auto issue = [&](int tile) {
+    char* dK = sKV + (tile % p.stages) * 2 * Tr::kRawTileBytes;
+    char* dV = dK + Tr::kRawTileBytes;
+    const char* gK = p.k + int64_t(hk) * p.k_sh + lch * 16;
+    const char* gV = p.v + int64_t(hk) * p.v_sh + lch * 16;
+    const int j0 = k_begin + tile * Tr::kTile;
+    const int* pages = sPage + (tile % ring) * Tr::kTile;
+    auto load_row = [&](int i, int j, int pi, int in_page, int p0) {
+      const int row = lrow0 + i * Tr::kLoadStep;
+      int slot = -1;
+      if (j < k_end && pi < p.max_pages) {
+        const int page = pages[pi - p0];
+        if (page >= 0 && page < p.num_pages) slot = page * p.page_size + in_page;
+      }
+      const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
+      const int bytes = slot >= 0 ? 16 : 0;
+      const int64_t s = slot >= 0 ? slot : 0;
+      ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
+      ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
+    };
+    // Decode is bound by instructions per tile (ncu: issue-bound at 8 warps/SM): power-of-two
+    // page sizes use shifts (measured +30% over integer division on one H200). The branch is
+    // taken once per tile, outside the unrolled row loop (a per-row select measured slower).
+    const int sh = p.page_shift;
+    if (sh >= 0) {
+      const int p0 = j0 >> sh, mask = (1 << sh) - 1;
+#pragma unroll
+      for (int i = 0; i < Tr::kRowsPerThread; ++i) {
+        const int j = j0 + lrow0 + i * Tr::kLoadStep;
+        load_row(i, j, j >> sh, j & mask, p0);
+      }
+    } else {
+      const int p0 = j0 / p.page_size;
+#pragma unroll
+      for (int i = 0; i < Tr::kRowsPerThread; ++i) {
+        const int j = j0 + lrow0 + i * Tr::kLoadStep;
+        const int pi = j / p.page_size;
+        load_row(i, j, pi, j - pi * p.page_size, p0);
+      }
+    }
+  };
+
+  // ---- per-thread rows: warp owns m-tile mt and key slice ks; rows rr0 = mt*16 + lane/4, rr0 + 8.
+  const int mt = warp % MT, ks = (warp / MT) % Tr::KS, dh = warp / (MT * Tr::KS);
+  const int rr0 = mt * 16 + (lane >> 2), rr1 = rr0 + 8;
+  int lo0, hi0, lo1, hi1;
+  {
+    const int pr0 = row0 + rr0, pr1 = row0 + rr1;
+    if (pr0 < rows_total) row_bounds(p, pr0 / p.group, q_len, k_len, lo0, hi0); else { lo0 = 0; hi0 = -1; }
+    if (pr1 < rows_total) row_bounds(p, pr1 / p.group, q_len, k_len, lo1, hi1); else { lo1 = 0; hi1 = -1; }
+    hi0 = min(hi0, k_end - 1);
+    hi1 = min(hi1, k_end - 1);
+  }
+  const int lo_max = max(lo0, lo1), hi_min = min(hi0, hi1);
+
+  const float kds = p.k_descale ? p.k_descale[int64_t(r) * p.kds_sb + int64_t(hk) * p.kds_sh] : 1.f;
+  const float vds = p.v_descale ? p.v_descale[int64_t(r) * p.vds_sb + int64_t(hk) * p.vds_sh] : 1.f;
+  const float s_log2 = p.scale_log2 * kds;                          // plain scores
+  const float s_cap_in = p.softcap > 0.f ? p.scale_log2 * kds / (p.softcap * 1.4426950408889634f) : 0.f;
+  const float s_cap_out = p.softcap * 1.4426950408889634f;          // softcap * log2(e)
+
+  float o[Tr::DW / 8][4];
+#pragma unroll
+  for (int i = 0; i < Tr::DW / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  uint32_t qf[Tr::kQInRegs ? D / 16 : 1][4];
+
+  // ---- pipeline prologue: group 0 = Q + page ids of the first `stages` tiles (waited for here);
+  // then each group = one K/V tile + the page ids of the tile `stages` further on.
+  for (int s = 0; s < p.stages; ++s) issue_pages(s);
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  __syncthreads();
+  const uint32_t sQa = ptx::smem_addr(sQ);
+  if constexpr (Tr::kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      ptx::ldmatrix_x4(sQa + swz<Tr::kRowBytes>(mt * 16 + (lane & 15), 2 * kk + (lane >> 4)), qf[kk][0], qf[kk][1],
+                       qf[kk][2], qf[kk][3]);
+  }
+  for (int s = 0; s < p.stages - 1; ++s) {
+    if (s < n_tiles) issue(s);
+    issue_pages(s + p.stages);
+    ptx::cp_async_commit();
+  }
+
+  for (int t = 0; t < n_tiles; ++t) {
+    {
+      const int nt = t + p.stages - 1;
+      if (nt < n_tiles) issue(nt);
+      issue_pages(nt + p.stages);
+      ptx::cp_async_commit();
+    }
+    ptx::cp_async_wait_dyn(p.stages - 1);
+    __syncthreads();
+
+    const char* tK = sKV + (t % p.stages) * 2 * Tr::kRawTileBytes;
+    const char* tV = tK + Tr::kRawTileBytes;
+    if constexpr (FP8) {  // widen e4m3 -> T into the swizzled conversion tiles
+      char* cK = sConv;
+      char* cV = sConv + Tr::kTile * Tr::kRowBytes;
+      for (int idx = tid; idx < 2 * Tr::kTile * Tr::kRawChunks; idx += kThreads) {
+        const int which = idx / (Tr::kTile * Tr::kRawChunks);
+        const int rem = idx - which * (Tr::kTile * Tr::kRawChunks);
+        const int row = rem / Tr::kRawChunks, c = rem % Tr::kRawChunks;
+        const uint4 raw = *reinterpret_cast<const uint4*>((which ? tV : tK) + row * Tr::kRawRowBytes + c * 16);
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+        uint32_t o8[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          o8[2 * i] = widen_fp8x2<T>(uint16_t(w[i] & 0xffffu));
+          o8[2 * i + 1] = widen_fp8x2<T>(uint16_t(w[i] >> 16));
+        }
+        char* dst = which ? cV : cK;
+        *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c)) = make_uint4(o8[0], o8[1], o8[2], o8[3]);
+        *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c + 1)) = make_uint4(o8[4], o8[5], o8[6], o8[7]);
+      }
+      __syncthreads();
+      tK = cK;
+      tV = cV;
+    }
+    const uint32_t sKa = ptx::smem_addr(tK), sVa = ptx::smem_addr(tV);
+
+    // S = Q K^T for this warp's 16 rows x NKW keys.
+    float s[Tr::NKW / 8][4];
+#pragma unroll
+    for (int i = 0; i < Tr::NKW / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      if constexpr (Tr::kQInRegs) {
+        a[0] = qf[kk][0]; a[1] = qf[kk][1]; a[2] = qf[kk][2]; a[3] = qf[kk][3];
+      } else {
+        ptx::ldmatrix_x4(sQa + swz<Tr::kRowBytes>(mt * 16 + (lane & 15), 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
+      }
+#pragma unroll
+      for (int np = 0; np < Tr::NKW / 16; ++np) {
+        uint32_t b0, b1, b2, b3;
+        const int krow = ks * Tr::NKW + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ptx::ldmatrix_x4(sKa + swz<Tr::kRowBytes>(krow, 2 * kk + ((lane >> 3) & 1)), b0, b1, b2, b3);
+        ptx::mma_16816<T>(s[2 * np], a, b0, b1);
+        ptx::mma_16816<T>(s[2 * np + 1], a, b2, b3);
+      }
+    }
+
+    // Scores in base 2, masked; online softmax.
+    const int kbase = k_begin + t * Tr::kTile + ks * Tr::NKW;
+    const bool need_mask = kbase < lo_max || kbase + Tr::NKW - 1 > hi_min;
+#pragma unroll
+    for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e];
+        x = p.softcap > 0.f ? s_cap_out * tanhf(x * s_cap_in) : x * s_log2;
+        if (need_mask) {
+          const int j = kbase + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const bool vis = e < 2 ? (j >= lo0 && j <= hi0) : (j >= lo1 && j <= hi1);
+          x = vis ? x : -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = ptx::quad_max(mx0);
+    mx1 = ptx::quad_max(mx1);
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
+    m0 = mn0;
+    m1 = mn1;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
+      s[nt][0] = exp2f(s[nt][0] - b0);
+      s[nt][1] = exp2f(s[nt][1] - b0);
+      s[nt][2] = exp2f(s[nt][2] - b1);
+      s[nt][3] = exp2f(s[nt][3] - b1);
+      ps0 += s[nt][0] + s[nt][1];
+      ps1 += s[nt][2] + s[nt][3];
+    }
+    l0 = l0 * al0 + ps0;
+    l1 = l1 * al1 + ps1;
+#pragma unroll
+    for (int i = 0; i < Tr::DW / 8; ++i) {
+      o[i][0] *= al0; o[i][1] *= al0;
+      o[i][2] *= al1; o[i][3] *= al1;
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < Tr::NKW / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = ptx::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = ptx::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = ptx::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = ptx::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const int vrow = ks * Tr::NKW + kk * 16 + (lane & 15);
+#pragma unroll
+      for (int dp = 0; dp < Tr::DW / 16; ++dp) {
+        uint32_t v0, v1, v2, v3;
+        ptx::ldmatrix_x4_trans(sVa + swz<Tr::kRowBytes>(vrow, dh * (Tr::DW / 8) + 2 * dp + (lane >> 4)), v0,
+                               v1, v2, v3);
+        ptx::mma_16816<T>(o[2 * dp], a, v0, v1);
+        ptx::mma_16816<T>(o[2 * dp + 1], a, v2, v3);
+      }
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's issue
+  }
+
+  // ---- epilogue: combine the key slices of each m-tile, normalize, write out (or the split part).
+  l0 = ptx::quad_sum(l0);
+  l1 = ptx::quad_sum(l1);
+  ptx::cp_async_wait<0>();
+  __syncthreads();
+  float* sO = reinterpret_cast<float*>(sKV);  // [KS][kRows][kOStride] f32 over the tile buffers
+  if ((lane & 3) == 0 && dh == 0) {  // both column halves hold the same row statistics
+    sM[ks * 64 + rr0] = m0;
+    sL[ks * 64 + rr0] = l0;
+    sM[ks * 64 + rr1] = m1;
+    sL[ks * 64 + rr1] = l1;
+  }
+  __syncthreads();
+  {
+    float M0 = -INFINITY, M1 = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < Tr::KS; ++k) {
+      M0 = fmaxf(M0, sM[k * 64 + rr0]);
+      M1 = fmaxf(M1, sM[k * 64 + rr1]);
+    }
+    const float f0 = m0 == -INFINITY ? 0.f : exp2f(m0 - M0);
+    const float f1 = m1 == -INFINITY ? 0.f : exp2f(m1 - M1);
+    float* o0 = sO + (ks * Tr::kRows + rr0) * Tr::kOStride + dh * Tr::DW + 2 * (lane & 3);
+    float* o1 = sO + (ks * Tr::kRows + rr1) * Tr::kOStride + dh * Tr::DW + 2 * (lane & 3);
+#pragma unroll
+    for (int i = 0; i < Tr::DW / 8; ++i) {
+      *reinterpret_cast<float2*>(o0 + i * 8) = make_float2(o[i][0] * f0, o[i][1] * f0);
+      *reinterpret_cast<float2*>(o1 + i * 8) = make_float2(o[i][2] * f1, o[i][3] * f1);
+    }
+  }
+  if (tid < Tr::kRows) {
+    float M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < Tr::KS; ++k) M = fmaxf(M, sM[k * 64 + tid]);
+    float L = 0.f;
+#pragma unroll
+    for (int k = 0; k < Tr::KS; ++k) {
+      const float mk = sM[k * 64 + tid];
+      if (mk != -INFINITY) L += sL[k * 64 + tid] * exp2f(mk - M);
+    }
+    sRowScale[tid] = L > 0.f ? (1.f / L) * vds : 0.f;
+    sRowLse[tid] = L > 0.f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
+  }
+  __syncthreads();
+
+  const bool direct = p.num_splits == 1;
+  constexpr int kC4 = D / 4;
+  for (int idx = tid; idx < Tr::kRows * kC4; idx += kThreads) {
+    const int row = idx / kC4, c4 = idx % kC4;
+    const int pr = row0 + row;
+    if (pr >= rows_total) continue;
+    float4 acc = *reinterpret_cast<const float4*>(sO + row * Tr::kOStride + c4 * 4);
+#pragma unroll
+    for (int k = 1; k < Tr::KS; ++k) {
+      const float4 v = *reinterpret_cast<const float4*>(sO + (k * Tr::kRows + row) * Tr::kOStride + c4 * 4);
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    const float sc = sRowScale[row];
+    acc.x *= sc; acc.y *= sc; acc.z *= sc; acc.w *= sc;
+    const int qr = pr / p.group, h = hk * p.group + (pr - qr * p.group);
+    const int tok = q_start + qr;
+    if (direct) {
+      uint2 w;
+      w.x = ptx::pack2<T>(acc.x, acc.y);
+      w.y = ptx::pack2<T>(acc.z, acc.w);
+      *reinterpret_cast<uint2*>(p.out + (int64_t(tok) * p.o_st + int64_t(h) * p.o_sh + c4 * 4) * 2) = w;
+    } else {
+      *reinterpret_cast<float4*>(p.part_o + ((int64_t(split) * p.total_q + tok) * p.h_q + h) * D + c4 * 4) = acc;
+    }
+  }
+  if (tid < Tr::kRows) {
+    const int pr = row0 + tid;
+    if (pr < rows_total) {
+      const int qr = pr / p.group, h = hk * p.group + (pr - qr * p.group);
+      const int tok = q_start + qr;
+      if (direct) {
+        if (p.lse) p.lse[int64_t(tok) * p.lse_st + int64_t(h) * p.lse_sh] = sRowLse[tid];
+      } else {
+        p.part_lse[(int64_t(split) * p.total_q + tok) * p.h_q + h] = sRowLse[tid];
+      }
+    }
+  }
+}
+
+template <typename T, int D, bool FP8, int MT>
+void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
+  auto kernel = paged_attention_kernel<T, D, FP8, MT>;
+  static bool configured = [&] {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(unsigned(c.m_blocks), unsigned(p.h_kv * c.num_splits), unsigned(batch));
+  kernel<<<grid, kThreads, c.smem, stream>>>(p);
+}
+
+}  // namespace attnserve::cuda::attn

@@ -1,0 +1,16 @@
+// Internal entry of the Hopper paged-attention kernel (built only with sm_90a, ATTNSERVE_HAVE_SM90).
+// The selector in attention/launch.cu decides when it runs; this only launches.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "attnserve/tensor.h"
+#include "cuda/attention/params.cuh"
+
+namespace attnserve::cuda::attn90 {
+
+// Launches grid (m_blocks, h_kv, batch) of 128-row CTAs; dtype bf16 or f16, d 64 or 128;
+// variant: config.h's kCoop or kWarpSpecialized.
+void launch_paged_attention(const attn::Params& p, DType dtype, int d, int variant, int m_blocks, int batch,
+                            cudaStream_t stream);
+
+}  // namespace attnserve::cuda::attn90

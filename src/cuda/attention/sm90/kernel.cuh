@@ -1,0 +1,223 @@
+// Hopper (sm_90a) paged attention for prefill/extend: wgmma with shared-memory descriptors.
+//
+// One CTA = (m-block of 128 packed rows, kv head, request); packed row pr = q_row * group + head
+// as in the portable kernel, so a K/V tile is read once for all query heads of its KV head.
+// Two consumer warpgroups own 64 rows each and every key of a tile (tile_math.cuh: S = Q K^T by
+// SS wgmma, online softmax in registers, O += P V by RS wgmma). K/V tiles of 128 keys are gathered
+// per token through the page table by cp.async (16-byte chunks per token row: pages of any size
+// rule out TMA tiles) into 128-byte swizzled panels (tile_load.cuh, common/wgmma.cuh).
+//
+// Kernels (config.h): kCoop, where the consumers also load (2 stages, a CTA barrier per tile);
+// kWarpSpecialized, where a producer warpgroup loads (3 stages, full/empty mbarriers); kPingPong
+// (the auto choice), the same with the consumers taking turns on the tensor cores and each
+// overlapping its softmax with its own P V (FA3's intra-warpgroup overlap).
+// cp.async writes are generic-proxy writes that wgmma reads through the async proxy. kCoop: each
+// writing thread waits for its copies, runs fence.proxy.async, then a CTA barrier. Producer
+// kernels: each producer thread's cp.async.mbarrier.arrive fires when its copies land; the
+// consumers run fence.proxy.async after their full-barrier wait, before the wgmmas.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "config.h"
+#include "cuda/common/sm90/sync.cuh"
+#include "tile_math.cuh"
+
+namespace attnserve::cuda::attn90 {
+
+// Shared memory rounded up to the 1024-byte swizzle atom (descriptor base offset 0).
+__device__ __forceinline__ char* smem_base() {
+  extern __shared__ char smem_raw[];
+  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Params p) {
+#if defined(ATTNSERVE_SM90_DEVICE)
+  using Tr = Traits<D>;
+  char* smem = smem_base();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  Block b;
+  if (!b.init(p)) return;  // uniform over the CTA
+  char* sQ = smem;                 // [panels][128 rows][128 B]
+  char* sKV = smem + Tr::kQBytes;  // [stages][K, V][panels][128 keys][128 B]
+  auto sK = [&](int tile) { return sKV + (tile % kStages) * 2 * Tr::kKvBytes; };
+
+  // All 256 threads load; page ids of tile t + 1 are read one iteration ahead into registers.
+  Loader<D, kThreads> ld(p, b, tid);
+  Consumer<T, D> c;
+  c.init(p, b, warp >> 2, warp & 3, lane);
+
+  ld.load_q(p, b, sQ);
+  if (b.n_tiles > 0) {  // group 0 = Q + tile 0
+    ld.read_pages(p, b, 0);
+    ld.issue(p, b, 0, sK(0), sK(0) + Tr::kKvBytes);
+  }
+  ptx::cp_async_commit();
+  if (b.n_tiles > 1) ld.read_pages(p, b, 1);
+
+  const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t((warp >> 2) * 64 * 128);  // this warpgroup's rows
+  for (int t = 0; t < b.n_tiles; ++t) {
+    if (t + 1 < b.n_tiles) ld.issue(p, b, t + 1, sK(t + 1), sK(t + 1) + Tr::kKvBytes);
+    ptx::cp_async_commit();
+    if (t + 2 < b.n_tiles) ld.read_pages(p, b, t + 2);
+    ptx::cp_async_wait<1>();    // this thread's copies of Q and tile t have landed
+    sm90::fence_proxy_async();  // ... and are visible to wgmma's async proxy
+    __syncthreads();            // ... for every thread's copies
+    const uint32_t sKa = ptx::smem_addr(sK(t));
+    c.attend(p, sQa, sKa, sKa + Tr::kKvBytes, b.k_begin + t * kTileKeys);
+    __syncthreads();  // both warpgroups are done with stage t % 2 before iteration t + 1 refills it
+  }
+  ptx::cp_async_wait<0>();
+  c.store(p, b);
+#endif
+}
+
+template <typename T, int D, bool PINGPONG>
+__global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const Params p) {
+#if defined(ATTNSERVE_SM90_DEVICE)
+  using Tr = Traits<D>;
+  char* smem = smem_base();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  Block b;
+  if (!b.init(p)) return;  // uniform over the CTA
+  char* sQ = smem;
+  char* sKV = smem + Tr::kQBytes;  // [kStagesWs][K, V][panels][128 keys][128 B]
+  const uint32_t bars = ptx::smem_addr(sKV + kStagesWs * 2 * Tr::kKvBytes);
+  auto full = [&](int s) { return bars + uint32_t(s * 8); };                 // producer -> consumers
+  auto empty = [&](int s) { return bars + uint32_t((kStagesWs + s) * 8); };  // consumers -> producer
+  auto stage_k = [&](int t) { return ptx::smem_addr(sKV + (t % kStagesWs) * 2 * Tr::kKvBytes); };
+  if (tid == 0)
+    for (int s = 0; s < kStagesWs; ++s) {
+      sm90::mbar_init(full(s), 128);   // every producer thread, when its copies of the stage land
+      sm90::mbar_init(empty(s), 256);  // every consumer thread, after its wgmmas read the stage
+    }
+  __syncthreads();
+  const int n = b.n_tiles;
+
+  if (wg == 0) {
+    // Producer: tile t goes into stage t % 3 once the consumers released tile t - 3. Each thread
+    // publishes its copies of a tile through cp.async.mbarrier.arrive (the arrival happens when
+    // they land), so it never waits on its own copies and up to three tiles are in flight. The
+    // consumers fence the landed bytes into the async proxy after their full-barrier wait.
+    sm90::setmaxnreg_dec<kProducerRegs>();
+    Loader<D, 128> ld(p, b, tid);
+    ld.load_q(p, b, sQ);  // tracked by tile 0's arrival
+    auto produce = [&](auto pow2) {
+      constexpr bool kPow2 = decltype(pow2)::value;
+      for (int t = 0; t < n; ++t) {
+        const int s = t % kStagesWs;
+        ld.template read_pages_t<kPow2>(p, b, t);  // page-id loads in flight during the wait below
+        if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
+        char* dK = sKV + s * 2 * Tr::kKvBytes;
+        ld.template issue_t<kPow2>(p, b, t, dK, dK + Tr::kKvBytes);
+        sm90::cp_async_mbar_arrive(full(s));
+      }
+    };
+    if (p.page_shift >= 0) produce(std::true_type{});
+    else produce(std::false_type{});
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+
+  sm90::setmaxnreg_inc<kConsumerRegs>();
+  const int w = wg - 1;  // consumer warpgroup: rows 64 w ..
+  Consumer<T, D> c;
+  c.init(p, b, w, warp & 3, lane);
+  const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t(w * 64 * 128);
+  if constexpr (!PINGPONG) {
+    for (int t = 0; t < n; ++t) {
+      sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
+      sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
+      const uint32_t sKa = stage_k(t);
+      c.attend(p, sQa, sKa, sKa + Tr::kKvBytes, b.k_begin + t * kTileKeys);
+      sm90::mbar_arrive(empty(t % kStagesWs));
+    }
+  } else if (n > 0) {
+    // Block t (t = 0..n) = P V of tile t - 1 and S of tile t, issued while holding the turn:
+    // named barrier 1 + w is warpgroup w's turn; after issuing, it hands the turn to the other.
+    // Warpgroup 1 grants the first turn and skips its last hand-over, so each barrier sees as many
+    // arrivals as syncs (n + 1). Blocks 0 and n are peeled: a wgmma under a condition makes
+    // ptxas serialize every wgmma of the kernel (C7520).
+    float s[Tr::kSAcc];
+    uint32_t pa[kTileKeys / 16][4];
+    auto pin = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::fence_regs(pa[kk]);
+      sm90::fence_regs(c.o);
+    };
+    if (w == 1) sm90::named_arrive(1, 256);
+    sm90::mbar_wait(full(0), 0);
+    sm90::fence_proxy_async();
+    sm90::named_sync(1 + w, 256);
+    sm90::wg_fence();
+    c.issue_s(sQa, stage_k(0), s);
+    sm90::wg_commit();
+    sm90::named_arrive(2 - w, 256);
+    sm90::wg_wait<0>();
+    sm90::fence_regs(s);
+    c.softmax(p, s, b.k_begin, pa);
+    // Block t: S of tile t, then P V of tile t - 1, as two commit groups (FA3's intra-warpgroup
+    // overlap): the softmax's first half (max, exponents, sums) on S(t) runs while P V(t - 1) is
+    // still in flight; O's rescale and P's conversion wait for it.
+    for (int t = 1; t < n; ++t) {
+      sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
+      sm90::fence_proxy_async();
+      sm90::named_sync(1 + w, 256);
+      pin();
+      sm90::wg_fence();
+      c.issue_s(sQa, stage_k(t), s);
+      sm90::wg_commit();
+      c.issue_pv(stage_k(t - 1) + Tr::kKvBytes, pa);
+      sm90::wg_commit();
+      sm90::named_arrive(2 - w, 256);
+      sm90::wg_wait<1>();  // S(t) is done (groups complete in order)
+      sm90::fence_regs(s);
+      float al0, al1;
+      c.scores(s, b.k_begin + t * kTileKeys, al0, al1);
+      sm90::wg_wait<0>();  // P V(t - 1) is done
+      pin();
+      sm90::mbar_arrive(empty((t - 1) % kStagesWs));  // K and V of tile t - 1 are read
+      c.finish(s, al0, al1, pa);
+    }
+    sm90::named_sync(1 + w, 256);
+    pin();
+    sm90::wg_fence();
+    c.issue_pv(stage_k(n - 1) + Tr::kKvBytes, pa);
+    sm90::wg_commit();
+    if (w == 0) sm90::named_arrive(2, 256);
+    sm90::wg_wait<0>();
+    sm90::fence_regs(c.o);
+    sm90::mbar_arrive(empty((n - 1) % kStagesWs));
+  }
+  c.store(p, b);
+#endif
+}
+
+template <typename T, int D>
+void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t stream) {
+  const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
+  if (is_ws(variant)) {
+    const bool pp = variant == kPingPong;
+    auto kernel = pp ? attention_sm90_ws_kernel<T, D, true> : attention_sm90_ws_kernel<T, D, false>;
+    static const bool configured = [&] {
+      for (auto k : {attention_sm90_ws_kernel<T, D, true>, attention_sm90_ws_kernel<T, D, false>})
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, variant)));
+      return true;
+    }();
+    (void)configured;
+    kernel<<<grid, kThreadsWs, smem_bytes(D, variant), stream>>>(p);
+  } else {
+    auto kernel = attention_sm90_kernel<T, D>;
+    static const bool configured = [&] {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, kCoop)));
+      return true;
+    }();
+    (void)configured;
+    kernel<<<grid, kThreads, smem_bytes(D, kCoop), stream>>>(p);
+  }
+}
+
+}  // namespace attnserve::cuda::attn90

@@ -1,0 +1,63 @@
+// The plan of one MLA (absorbed) paged-attention call: rows per CTA, pipeline depth, split-KV count
+// and workspace layout, made once from the call's shapes and the device (DeviceCaps).
+// Lifecycle: can_implement -> make_plan -> workspace_size -> run(args, plan, ...) (launch.cu). Pure host
+// code (g++ in every build), tested on the CPU (tests/cpu/test_op_plan_mla.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "attnserve/ops/attention.h"
+#include "cuda/common/plan_util.h"
+
+namespace attnserve::cuda::mla {
+
+// What a plan depends on (never pointers or index values).
+struct Problem {
+  int64_t b = 0, total_q = 0;
+  int h_q = 0;
+  int d_v = 0, d_rope = 0, d_kv = 0;  // q_nope, q_rope and kv_cache row widths
+  int64_t num_pages = 0, page_size = 0, max_pages = 0;
+  int max_seqlen_q = 0;
+  DType dtype = DType::bf16;  // q_nope and q_rope
+  DType kv_dtype = DType::bf16;
+  DType out_dtype = DType::bf16;
+  bool deterministic = false;
+  bool operator==(const Problem&) const = default;
+};
+Problem problem_of(const MlaAttentionArgs& a);
+
+enum class Kernel : int { sm80 = 0 };  // portable mma.sync kernel (rows per CTA: Plan::rows_per_block)
+
+struct Plan {
+  Problem problem;
+  Kernel kernel = Kernel::sm80;
+  int rows_per_block = 16;  // HB: packed rows (q_row * h_q + head) per CTA, 16 / 32 / 64
+  int m_blocks = 1;
+  int stages = 2;
+  int num_splits = 1;
+  int split_keys = 0;
+  std::size_t smem = 0;
+  std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
+};
+using MlaConfig = Plan;  // the name tests and benchmarks knew
+
+// Optional overrides (tests, benchmarks): 0 keeps the plan's choice.
+struct MlaTuning {
+  int num_splits = 0;
+  int stages = 0;
+  int rows_per_block = 0;  // 16, 32 or 64 forces HB (tests cover every block size on the same inputs)
+};
+
+Support can_implement(const Problem& p, const DeviceCaps& caps);
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune = {});
+inline std::size_t workspace_size(const Plan& plan) { return plan.ws_bytes; }
+
+// The split-KV partial states (num_splits > 1); with a null base only the size is counted.
+struct WorkspaceLayout {
+  float* part_o = nullptr;    // [num_splits, total_q, h_q, 512] f32
+  float* part_lse = nullptr;  // [num_splits, total_q, h_q] f32
+  std::size_t bytes = 0;
+};
+WorkspaceLayout workspace_layout(const Plan& plan, void* base);
+
+}  // namespace attnserve::cuda::mla

@@ -1,0 +1,102 @@
+// Sparse MLA's plan (plan.h): head block, split-K count and ring depth of the portable kernels.
+#include "cuda/sparse_mla/plan.h"
+
+#include <algorithm>
+
+#include "attnserve/cache_formats.h"
+#include "attnserve/error.h"
+#include "cuda/sparse_mla/sm80/config.h"
+
+namespace attnserve::cuda::sparse_mla_op {
+namespace {
+
+constexpr const char* kOp = "sparse_mla";
+// A split covers at least 4 tiles (128 keys): below that the partial state (2 KB per head) and the
+// pipeline fill cost more than the split saves.
+constexpr int kMinTilesPerSplit = 4;
+
+// The smallest head block of the instantiations (HeadBlocks) that holds h_q, else the largest.
+int head_block_of(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
+static_assert(HeadBlocks::contains(16) && HeadBlocks::contains(32) && HeadBlocks::contains(64));
+
+}  // namespace
+
+Problem problem_of(const SparseMlaArgs& a) {
+  return Problem{.rows = a.q.size(0), .h_q = int(a.q.size(1)), .d_qk = int(a.q.size(2)), .topk = a.indices.size(1),
+                 .dtype = a.q.dtype, .kv_dtype = a.kv.dtype, .deterministic = a.deterministic};
+}
+
+Support can_implement(const Problem& p, const DeviceCaps& caps) {
+  if (p.dtype != DType::bf16) return unsupported(kOp, ": CUDA supports bf16 q, got ", dtype_name(p.dtype));
+  if (p.d_qk != kDimQk) return unsupported(kOp, ": CUDA supports d_qk ", kDimQk, "; q has ", p.d_qk);
+  if (p.kv_dtype != DType::bf16 && p.kv_dtype != DType::u8)
+    return unsupported(kOp, ": CUDA supports a bf16 or an FP8-656 (u8) cache, got ", dtype_name(p.kv_dtype));
+  const bool fp8 = p.kv_dtype == DType::u8;
+  const int hb = head_block_of(p.h_q);
+  if (smem_layout(hb, fp8, 2).total > caps.smem_per_block)
+    return unsupported(kOp, ": the CUDA kernel needs ", smem_layout(hb, fp8, 2).total,
+                       " bytes of shared memory per block (head block ", hb, ", ", fp8 ? "FP8-656" : "bf16",
+                       " cache); the device offers ", caps.smem_per_block, " (sm_80 / sm_90 class GPUs are supported)");
+  return {};
+}
+
+// Heads per CTA: the smallest of 16 / 32 / 64 that holds h_q (larger h_q: several blocks of 64).
+// Unsplit (the grid fills the GPU, e.g. 128 rows x h_q 128 = 256 CTAs): as many tiles in flight as one
+// CTA's shared memory allows. Split-K when rows x head blocks leave the GPU underfilled
+// (heuristic_splits over SMs x CTAs per SM): each row's top-k list is cut into num_splits runs of
+// split_tiles tiles; HB 16 then takes the deepest ring that lets two CTAs share an SM (H200: 2 stages,
+// 106 KB), since one 8-warp CTA per SM is latency-bound on its gathers (128 rows x h_q 16: 175 us
+// against a 41 us memory floor, NOTES.md) and splitting only helps when the extra CTAs run side by side.
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const SparseMlaTuning& tune) {
+  const Support s = can_implement(p, caps);
+  ATTNSERVE_CHECK(s.ok(), s.reason);
+  Plan c;
+  c.problem = p;
+  const int64_t rows = p.rows, h_q = p.h_q;
+  const bool fp8 = p.kv_dtype == DType::u8;
+  c.kernel = fp8 ? Kernel::sm80_fp8 : Kernel::sm80_bf16;
+  c.head_block = head_block_of(h_q);
+  c.head_blocks = int(ceil_div(std::max<int64_t>(h_q, 1), c.head_block));
+  const std::size_t per_block = caps.smem_per_block;
+  const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;  // each CTA also reserves 1 KB
+  auto bytes = [&](int s) { return smem_layout(c.head_block, fp8, s).total; };
+  int deep = 0, shared2 = 0;
+  for (int s = 2; s <= kMaxStages; ++s) {
+    if (bytes(s) <= per_block) deep = s;
+    if (c.head_block == 16 && bytes(s) <= two_ctas) shared2 = s;  // HB 16 alone is capped at 128 registers
+  }
+
+  const int tiles = int(std::max<int64_t>(1, ceil_div(p.topk, kTileKeys)));
+  int splits = 1;
+  if (!p.deterministic) {  // deterministic: one CTA per row whatever the batch (bits independent of it)
+    const int slots = caps.num_sms * (shared2 ? 2 : 1);
+    splits = heuristic_splits(rows * c.head_blocks, slots, tiles / kMinTilesPerSplit);
+  }
+  if (tune.num_splits > 0) splits = std::min(tune.num_splits, tiles);
+  c.split_tiles = int(ceil_div(tiles, splits));
+  c.num_splits = int(ceil_div(tiles, c.split_tiles));  // no split left without tiles by the cut
+  ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
+
+  // HB 16 always takes the two-CTA ring (H200, session 2: 256 rows x h_q 16 unsplit ran 365 us on the deep
+  // ring, 253 us on the two-CTA ring; 128 rows, 1 split: 188 vs 192 us).
+  c.stages = shared2 ? shared2 : deep;
+  if (tune.stages >= 2 && tune.stages <= kMaxStages && bytes(tune.stages) <= per_block) c.stages = tune.stages;
+  c.smem = bytes(c.stages);
+  c.ctas_per_sm = c.head_block == 16 && c.smem <= two_ctas ? 2 : 1;
+  c.ws_bytes = workspace_layout(c, nullptr).bytes;
+  return c;
+}
+
+WorkspaceLayout workspace_layout(const Plan& plan, void* base) {
+  WorkspaceLayout l;
+  const Problem& p = plan.problem;
+  if (plan.num_splits <= 1 || p.rows == 0 || p.h_q == 0) return l;
+  const std::size_t parts = std::size_t(plan.num_splits) * std::size_t(p.rows) * std::size_t(p.h_q);
+  WorkspaceCarver carve(base);
+  l.part_o = carve.take<float>(parts * kDimV);
+  l.part_ml = carve.take<float>(parts * 2);
+  l.bytes = carve.bytes();
+  return l;
+}
+
+}  // namespace attnserve::cuda::sparse_mla_op

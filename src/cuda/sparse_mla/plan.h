@@ -1,0 +1,66 @@
+// The plan of one sparse MLA call: heads per CTA, pipeline depth, split-K count over the top-k list
+// and workspace layout, made once from the call's shapes and the device (DeviceCaps): a pure function
+// of shapes, the deterministic flag and the caps, never of index values or topk_length (CUDA graphs
+// replay one capture for every batch of the same shape).
+// Lifecycle: can_implement -> make_plan -> workspace_size -> run(args, plan, ...) (launch.cu). Pure host
+// code (g++ in every build), tested on the CPU (tests/cpu/test_op_plan_sparse.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "attnserve/ops/sparse_mla.h"
+#include "cuda/common/plan_util.h"
+
+namespace attnserve::cuda::sparse_mla_op {
+
+struct Problem {
+  int64_t rows = 0;
+  int h_q = 0;
+  int d_qk = 0;                // q's head dim
+  int64_t topk = 0;            // indices.size(1)
+  DType dtype = DType::bf16;   // q
+  DType kv_dtype = DType::bf16;  // bf16 rows of 576, or u8 tokens of the FP8-656 format
+  bool deterministic = false;
+  bool operator==(const Problem&) const = default;
+};
+Problem problem_of(const SparseMlaArgs& a);
+
+enum class Kernel : int {
+  sm80_bf16 = 0,  // portable mma.sync kernel over the bf16 cache
+  sm80_fp8 = 1,   // the same over the FP8-656 cache (dequantized per tile in shared memory)
+};
+
+struct Plan {
+  Problem problem;
+  Kernel kernel = Kernel::sm80_bf16;
+  int head_block = 64;  // heads per CTA: 16, 32 or 64
+  int head_blocks = 1;
+  int stages = 2;       // 32-key tiles in flight per CTA
+  int ctas_per_sm = 1;  // what the shared memory (and the register cap of HB 16) allow
+  int num_splits = 1;   // CTAs per (row, head block); > 1: partial states in the workspace + combine
+  int split_tiles = 1;  // 32-key tiles per split
+  std::size_t smem = 0;
+  std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
+};
+using SparseMlaConfig = Plan;  // the name tests and benchmarks knew
+
+// 0 keeps the plan's choice. num_splits is clamped to the number of 32-key tiles of topk (and
+// recomputed so that no split is structurally empty); stages must fit the device.
+struct SparseMlaTuning {
+  int num_splits = 0;
+  int stages = 0;
+};
+
+Support can_implement(const Problem& p, const DeviceCaps& caps);
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const SparseMlaTuning& tune = {});
+inline std::size_t workspace_size(const Plan& plan) { return plan.ws_bytes; }
+
+// The split-K partial states (num_splits > 1); with a null base only the size is counted.
+struct WorkspaceLayout {
+  float* part_o = nullptr;   // [num_splits, rows, h_q, 512] f32
+  float* part_ml = nullptr;  // [num_splits, rows, h_q, 2] f32: (m, l) pairs (the kernels' float2)
+  std::size_t bytes = 0;
+};
+WorkspaceLayout workspace_layout(const Plan& plan, void* base);
+
+}  // namespace attnserve::cuda::sparse_mla_op

@@ -1,0 +1,27 @@
+// Top-k's plan (plan.h).
+#include "cuda/topk/plan.h"
+
+#include "attnserve/error.h"
+
+namespace attnserve::cuda::topk_op {
+
+Problem problem_of(const TopkArgs& a) { return Problem{.rows = a.scores.size(0), .width = a.scores.size(1), .k = a.topk}; }
+
+Support can_implement(const Problem& p, const DeviceCaps&) {
+  if (p.rows > int64_t(0x7fffffff))
+    return unsupported("topk: 'scores' has ", p.rows, " rows, more than a CUDA grid holds");
+  return {};
+}
+
+Plan make_plan(const Problem& p, const DeviceCaps& caps) {
+  const Support s = can_implement(p, caps);
+  ATTNSERVE_CHECK(s.ok(), s.reason);
+  Plan c;
+  c.problem = p;
+  // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM.
+  c.kernel = p.width > kLongRow ? Kernel::rows_1024 : Kernel::rows_256;
+  c.threads = c.kernel == Kernel::rows_1024 ? 1024 : 256;
+  return c;
+}
+
+}  // namespace attnserve::cuda::topk_op

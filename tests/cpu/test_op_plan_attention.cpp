@@ -1,0 +1,171 @@
+// Paged attention's plan (src/cuda/attention/plan.h) on fabricated devices: every kernel choice, the
+// tiles, splits and workspace layout, and can_implement's reasons. Host code: runs in every build.
+#include <gtest/gtest.h>
+
+#include "attnserve/error.h"
+#include "cuda/attention/plan.h"
+#include "cuda/attention/sm80/config.h"
+
+namespace attnserve {
+namespace {
+
+using cuda::attn::Kernel;
+using cuda::attn::Plan;
+using cuda::attn::Problem;
+using cuda::attn::Targets;
+
+const DeviceCaps kH200{.num_sms = 132, .smem_per_block = 227 * 1024, .arch = 90};
+const DeviceCaps kA100{.num_sms = 108, .smem_per_block = 163 * 1024, .arch = 80};
+const DeviceCaps kSmallSm90{.num_sms = 32, .smem_per_block = 227 * 1024, .arch = 90};
+const Targets kWithSm90{.sm90a = true};
+const Targets kNoSm90{.sm90a = false};
+
+// b requests of q_len query rows over ctx keys, h_q 32 / h_kv 8 (group 4), pages of 16.
+Problem problem(int64_t b, int q_len, int64_t ctx, int d = 128, DType kv = DType::bf16) {
+  return Problem{.b = b, .total_q = b * q_len, .h_q = 32, .h_kv = 8, .d = d, .d_v = d, .num_pages = 1 << 16,
+                 .page_size = 16, .max_pages = (ctx + 15) / 16, .kv_token_stride = 8 * 128, .max_seqlen_q = q_len,
+                 .dtype = DType::bf16, .out_dtype = DType::bf16, .kv_dtype = kv, .descale = kv == DType::fp8_e4m3};
+}
+
+TEST(OpPlanAttention, DecodeLargeBatchOneSplitNoWorkspace) {
+  const Plan p = cuda::attn::make_plan(problem(64, 1, 8192), kH200, {}, kWithSm90);
+  EXPECT_EQ(p.kernel, Kernel::sm80);  // decode shapes stay on the portable kernel
+  EXPECT_EQ(p.mt, 1);                 // 4 packed rows <= 16
+  EXPECT_EQ(p.m_blocks, 1);
+  EXPECT_EQ(p.num_splits, 1);         // 64 x 8 CTAs fill 132 SMs x 2
+  EXPECT_EQ(p.stages, 3);             // d 128 bf16: 3 stages fit two CTAs per SM
+  EXPECT_EQ(p.smem, cuda::attn::smem_bytes(128, false, 1, 3));
+  EXPECT_EQ(workspace_size(p), 0u);
+}
+
+TEST(OpPlanAttention, DecodeSmallBatchSplitsWithItsWorkspaceLayout) {
+  const Plan p = cuda::attn::make_plan(problem(1, 1, 8192), kH200, {}, kWithSm90);
+  EXPECT_EQ(p.kernel, Kernel::sm80);
+  ASSERT_GT(p.num_splits, 1);
+  EXPECT_LE(p.num_splits, 8192 / 64 / 2);  // >= 2 key tiles per split
+  const std::size_t rows = 1 * 32, part_o = std::size_t(p.num_splits) * rows * 128 * 4;
+  const std::size_t part_lse = std::size_t(p.num_splits) * rows * 4;
+  EXPECT_EQ(workspace_size(p), cuda::align_up(part_o) + cuda::align_up(part_lse));
+  // The layout that counted the size hands out the same regions from real memory.
+  alignas(256) static char base[1];
+  const auto w = cuda::attn::workspace_layout(p, base);
+  EXPECT_EQ(reinterpret_cast<char*>(w.part_o), base);
+  EXPECT_EQ(reinterpret_cast<char*>(w.part_lse), base + cuda::align_up(part_o));
+  EXPECT_EQ(w.bytes, workspace_size(p));
+  EXPECT_EQ(cuda::attn::workspace_layout(p, nullptr).part_o, nullptr);
+}
+
+TEST(OpPlanAttention, PrefillPicksHopperOnlyWhereBuiltAndOnSm90) {
+  const Plan h = cuda::attn::make_plan(problem(1, 8192, 8192), kH200, {}, kWithSm90);
+  EXPECT_EQ(h.kernel, Kernel::sm90_ping_pong);  // the fastest measured (bench/NOTES.md "Session 3")
+  EXPECT_EQ(h.sm90(), 3);
+  EXPECT_EQ(h.m_blocks, 8192 * 4 / 128);
+  EXPECT_EQ(h.num_splits, 1);
+  EXPECT_EQ(workspace_size(h), 0u);
+
+  const Plan not_built = cuda::attn::make_plan(problem(1, 8192, 8192), kH200, {}, kNoSm90);
+  EXPECT_EQ(not_built.kernel, Kernel::sm80);
+  EXPECT_EQ(not_built.mt, 4);
+  EXPECT_EQ(not_built.m_blocks, 8192 * 4 / 64);
+
+  const Plan a100 = cuda::attn::make_plan(problem(1, 8192, 8192), kA100, {}, kWithSm90);
+  EXPECT_EQ(a100.kernel, Kernel::sm80);
+  EXPECT_EQ(a100.mt, 4);
+}
+
+TEST(OpPlanAttention, HopperNeedsItsHeadDimsDtypesAndNoDescale) {
+  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, 64), kH200, {}, kWithSm90).kernel, Kernel::sm90_ping_pong);
+  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, 256), kH200, {}, kWithSm90).kernel, Kernel::sm80);
+  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, 128, DType::fp8_e4m3), kH200, {}, kWithSm90).kernel,
+            Kernel::sm80);
+  Problem det = problem(1, 4096, 4096);
+  det.deterministic = true;
+  EXPECT_EQ(cuda::attn::make_plan(det, kH200, {}, kWithSm90).kernel, Kernel::sm80);
+  // Its gather does 32-bit slot and byte-stride arithmetic: larger pools or token strides stay portable.
+  Problem wide_stride = problem(1, 4096, 4096);
+  wide_stride.kv_token_stride = int64_t(1) << 30;  // 2 GiB between bf16 token slots
+  EXPECT_EQ(cuda::attn::make_plan(wide_stride, kH200, {}, kWithSm90).kernel, Kernel::sm80);
+  Problem many_slots = problem(1, 4096, 4096);
+  many_slots.num_pages = (int64_t(1) << 31) / many_slots.page_size + 1;
+  EXPECT_EQ(cuda::attn::make_plan(many_slots, kH200, {}, kWithSm90).kernel, Kernel::sm80);
+}
+
+TEST(OpPlanAttention, PrefillThatUnderfillsTheGpuSplitsOnThePortableKernel) {
+  // 1 request x 64 rows: 8 kv heads x 4 m-blocks = 32 CTAs on 32 SMs x 2 slots: split, so no Hopper kernel.
+  const Plan p = cuda::attn::make_plan(problem(1, 64, 32768), kSmallSm90, {}, kWithSm90);
+  EXPECT_EQ(p.kernel, Kernel::sm80);
+  EXPECT_EQ(p.mt, 4);
+  EXPECT_GT(p.num_splits, 1);
+  EXPECT_GT(workspace_size(p), 0u);
+}
+
+TEST(OpPlanAttention, TuningForcesKernelsAndTiles) {
+  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096), kH200, {.sm90 = 1}, kWithSm90).kernel, Kernel::sm90_coop);
+  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096), kH200, {.sm90 = 2}, kWithSm90).kernel,
+            Kernel::sm90_warp_specialized);
+  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096), kH200, {.sm90 = 3}, kWithSm90).kernel,
+            Kernel::sm90_ping_pong);
+  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096), kH200, {.sm90 = 0}, kWithSm90).kernel, Kernel::sm80);
+  // A pinned tile or split count keeps the auto mode on the portable kernel.
+  const Plan mt1 = cuda::attn::make_plan(problem(1, 4096, 4096), kH200, {.mt = 1}, kWithSm90);
+  EXPECT_EQ(mt1.kernel, Kernel::sm80);
+  EXPECT_EQ(mt1.mt, 1);
+  const Plan s4 = cuda::attn::make_plan(problem(64, 1, 8192), kH200, {.num_splits = 4}, kWithSm90);
+  EXPECT_EQ(s4.num_splits, 4);
+  EXPECT_GT(workspace_size(s4), 0u);
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192), kH200, {.stages = 2}, kWithSm90).stages, 2);
+}
+
+TEST(OpPlanAttention, DeterministicUsesFixedSplitsOfRowBlocksOf16) {
+  Problem p = problem(3, 5, 5000);
+  p.deterministic = true;
+  const Plan c = cuda::attn::make_plan(p, kH200, {.mt = 4}, kWithSm90);
+  EXPECT_EQ(c.mt, 1);  // the tuning cannot change the summation order
+  EXPECT_EQ(c.split_keys, cuda::attn::kDeterministicSplitKeys);
+  EXPECT_EQ(c.num_splits, (313 * 16 + 1023) / 1024);  // 313 pages of 16 keys
+  EXPECT_EQ(c.m_blocks, (5 * 4 + 15) / 16);
+  // The batch does not change the splits (bits independent of the other requests).
+  Problem big = p;
+  big.b = 200;
+  big.total_q = 1000;
+  EXPECT_EQ(cuda::attn::make_plan(big, kH200).num_splits, c.num_splits);
+}
+
+TEST(OpPlanAttention, Fp8CacheTakesADeeperPipeline) {
+  const Plan p = cuda::attn::make_plan(problem(64, 1, 8192, 128, DType::fp8_e4m3), kH200);
+  EXPECT_EQ(p.stages, 4);
+  EXPECT_EQ(p.smem, cuda::attn::smem_bytes(128, true, 1, 4));
+}
+
+TEST(OpPlanAttention, CanImplementNamesWhatIsUnsupported) {
+  auto reason = [](Problem p, const DeviceCaps& caps = kH200) { return cuda::attn::can_implement(p, caps).reason; };
+  EXPECT_TRUE(cuda::attn::can_implement(problem(2, 1, 100), kH200).ok());
+  EXPECT_NE(reason(problem(2, 1, 100, 96)).find("head dims 64, 128, 256; q has 96"), std::string::npos);
+  Problem f32 = problem(2, 1, 100);
+  f32.dtype = f32.out_dtype = f32.kv_dtype = DType::f32;
+  EXPECT_NE(reason(f32).find("q must be bf16 or f16"), std::string::npos);
+  Problem dv = problem(2, 1, 100);
+  dv.d_v = 64;
+  EXPECT_NE(reason(dv).find("head dims equal"), std::string::npos);
+  Problem grp = problem(2, 1, 100);
+  grp.h_q = 12;
+  EXPECT_NE(reason(grp).find("multiple of h_kv"), std::string::npos);
+  Problem no_max = problem(2, 1, 100);
+  no_max.max_seqlen_q = 0;
+  EXPECT_NE(reason(no_max).find("max_seqlen_q"), std::string::npos);
+  Problem out = problem(2, 1, 100);
+  out.out_dtype = DType::f16;
+  EXPECT_NE(reason(out).find("out must have q's dtype"), std::string::npos);
+  const DeviceCaps tiny{.num_sms = 1, .smem_per_block = 16 * 1024, .arch = 80};
+  EXPECT_NE(reason(problem(2, 1, 100, 256), tiny).find("shared memory"), std::string::npos);
+  EXPECT_THROW(cuda::attn::make_plan(problem(2, 1, 100, 96), kH200), Error);
+}
+
+TEST(OpPlanAttention, HeadDimSupportListIsTheOneTheErrorsName) {
+  EXPECT_EQ(cuda::attn::HeadDims::str(), "64, 128, 256");
+  for (int d : {64, 128, 256}) EXPECT_TRUE(cuda::attn::can_implement(problem(1, 1, 64, d), kH200).ok()) << d;
+  for (int d : {32, 96, 192, 512}) EXPECT_FALSE(cuda::attn::can_implement(problem(1, 1, 64, d), kH200).ok()) << d;
+}
+
+}  // namespace
+}  // namespace attnserve

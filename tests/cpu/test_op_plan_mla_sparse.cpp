@@ -1,0 +1,176 @@
+// The plans of MLA, sparse MLA, the indexer and top-k (src/cuda/<op>/plan.h) on fabricated devices: every choice,
+// the workspace layouts, can_implement's reasons. Host code: runs in every build.
+#include <gtest/gtest.h>
+
+#include "attnserve/error.h"
+#include "cuda/indexer/plan.h"
+#include "cuda/indexer/sm80/config.h"
+#include "cuda/mla/plan.h"
+#include "cuda/mla/sm80/config.h"
+#include "cuda/sparse_mla/plan.h"
+#include "cuda/topk/plan.h"
+
+namespace attnserve {
+namespace {
+
+const DeviceCaps kH200{.num_sms = 132, .smem_per_block = 227 * 1024, .arch = 90};
+const DeviceCaps kA100{.num_sms = 108, .smem_per_block = 163 * 1024, .arch = 80};
+
+// ---- MLA -------------------------------------------------------------------------------------------
+
+cuda::mla::Problem mla(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64) {
+  return cuda::mla::Problem{.b = b, .total_q = b * q_len, .h_q = h_q, .d_v = 512, .d_rope = 64, .d_kv = 576,
+                            .num_pages = 4096, .page_size = page, .max_pages = (ctx + page - 1) / page,
+                            .max_seqlen_q = q_len};
+}
+
+TEST(OpPlanMla, RowsPerBlockFollowTheRequestsPackedRows) {
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200).rows_per_block, 16);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 16, 8192), kH200).rows_per_block, 32);
+  const cuda::mla::Plan h128 = cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200);
+  EXPECT_EQ(h128.rows_per_block, 64);
+  EXPECT_EQ(h128.m_blocks, 2);
+  EXPECT_EQ(h128.num_splits, 1);  // 256 CTAs fill the GPU
+  EXPECT_EQ(workspace_size(h128), 0u);
+  // A100: HB 64 with two tiles does not fit 163 KB: HB 32 (same bits).
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kA100).rows_per_block, 32);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 16}).rows_per_block, 16);
+}
+
+TEST(OpPlanMla, HB16TakesTheTwoCtaRing) {
+  const cuda::mla::Plan p = cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200);
+  EXPECT_LE(p.smem, (kH200.smem_per_block + 1024) / 2 - 1024);
+  EXPECT_EQ(p.smem, cuda::mla::smem_bytes(16, p.stages));
+}
+
+TEST(OpPlanMla, SmallBatchSplitsWithItsWorkspaceLayout) {
+  const cuda::mla::Plan p = cuda::mla::make_plan(mla(2, 1, 16, 32768), kH200);
+  ASSERT_GT(p.num_splits, 1);
+  const std::size_t rows = 2 * 16, n = std::size_t(p.num_splits);
+  EXPECT_EQ(workspace_size(p), cuda::align_up(n * rows * 512 * 4) + cuda::align_up(n * rows * 4));
+  alignas(256) static char base[1];
+  const auto w = cuda::mla::workspace_layout(p, base);
+  EXPECT_EQ(reinterpret_cast<char*>(w.part_lse), base + cuda::align_up(n * rows * 512 * 4));
+}
+
+TEST(OpPlanMla, DeterministicSplitsByKeysOnly) {
+  cuda::mla::Problem p = mla(2, 1, 16, 5000);
+  p.deterministic = true;
+  const cuda::mla::Plan c = cuda::mla::make_plan(p, kH200);
+  EXPECT_EQ(c.split_keys, cuda::mla::kDeterministicSplitKeys);
+  EXPECT_EQ(c.num_splits, (79 * 64 + 1023) / 1024);  // 79 pages of 64 keys
+  p.b = 256;
+  p.total_q = 256;
+  EXPECT_EQ(cuda::mla::make_plan(p, kH200).num_splits, c.num_splits);
+}
+
+TEST(OpPlanMla, CanImplementNamesWhatIsUnsupported) {
+  cuda::mla::Problem p = mla(1, 1, 16, 64);
+  EXPECT_TRUE(cuda::mla::can_implement(p, kH200).ok());
+  p.d_v = 256;
+  EXPECT_NE(cuda::mla::can_implement(p, kH200).reason.find("d_v 512 and d_rope 64"), std::string::npos);
+  p = mla(1, 1, 16, 64);
+  p.dtype = DType::f16;
+  EXPECT_NE(cuda::mla::can_implement(p, kH200).reason.find("bf16"), std::string::npos);
+  EXPECT_THROW(cuda::mla::make_plan(p, kH200), Error);
+}
+
+// ---- Sparse MLA ------------------------------------------------------------------------------------
+
+cuda::sparse_mla_op::Problem sparse(int64_t rows, int h_q, int64_t topk, bool fp8) {
+  return cuda::sparse_mla_op::Problem{.rows = rows, .h_q = h_q, .d_qk = 576, .topk = topk,
+                                        .kv_dtype = fp8 ? DType::u8 : DType::bf16};
+}
+
+TEST(OpPlanSparseMla, HeadBlocksKernelsAndSplits) {
+  using cuda::sparse_mla_op::Kernel;
+  const auto d16 = cuda::sparse_mla_op::make_plan(sparse(128, 16, 2048, true), kH200);
+  EXPECT_EQ(d16.kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(d16.head_block, 16);
+  EXPECT_EQ(d16.ctas_per_sm, 2);
+  EXPECT_GE(d16.num_splits, 2);  // 128 CTAs on 264 slots
+  EXPECT_GT(workspace_size(d16), 0u);
+  const auto d128 = cuda::sparse_mla_op::make_plan(sparse(128, 128, 2048, false), kH200);
+  EXPECT_EQ(d128.kernel, Kernel::sm80_bf16);
+  EXPECT_EQ(d128.head_block, 64);
+  EXPECT_EQ(d128.head_blocks, 2);
+  EXPECT_EQ(d128.num_splits, 1);
+  EXPECT_EQ(workspace_size(d128), 0u);
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(8, 32, 2048, false), kH200).head_block, 32);
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(4096, 16, 2048, false), kH200).num_splits, 1);
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(1, 16, 96, true), kH200).num_splits, 1);  // 3 tiles < 4 per split
+  auto det = sparse(1, 16, 2048, true);
+  det.deterministic = true;
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(det, kH200).num_splits, 1);
+}
+
+TEST(OpPlanSparseMla, ForcedSplitsCutTheListEvenly) {
+  const auto cut = cuda::sparse_mla_op::make_plan(sparse(2, 16, 500, true), kH200, {.num_splits = 3});
+  EXPECT_EQ(cut.num_splits, 3);
+  EXPECT_EQ(cut.split_tiles, 6);  // 16 tiles: 6 / 6 / 4
+  const auto many = cuda::sparse_mla_op::make_plan(sparse(2, 16, 100, true), kH200, {.num_splits = 8});
+  EXPECT_EQ(many.num_splits, 4);  // 100 keys = 4 tiles
+  const std::size_t parts = 4 * 2 * 16;
+  EXPECT_EQ(workspace_size(many), cuda::align_up(parts * 512 * 4) + cuda::align_up(parts * 2 * 4));
+  alignas(256) static char base[1];
+  const auto w = cuda::sparse_mla_op::workspace_layout(many, base);
+  EXPECT_EQ(reinterpret_cast<char*>(w.part_ml), base + cuda::align_up(parts * 512 * 4));
+}
+
+TEST(OpPlanSparseMla, CanImplementNamesWhatIsUnsupported) {
+  auto p = sparse(1, 16, 64, false);
+  EXPECT_TRUE(cuda::sparse_mla_op::can_implement(p, kH200).ok());
+  p.d_qk = 512;
+  EXPECT_NE(cuda::sparse_mla_op::can_implement(p, kH200).reason.find("d_qk 576"), std::string::npos);
+  p = sparse(1, 16, 64, false);
+  p.kv_dtype = DType::f16;
+  EXPECT_NE(cuda::sparse_mla_op::can_implement(p, kH200).reason.find("FP8-656"), std::string::npos);
+  const DeviceCaps small{.num_sms = 80, .smem_per_block = 48 * 1024, .arch = 80};
+  EXPECT_NE(cuda::sparse_mla_op::can_implement(sparse(1, 128, 64, true), small).reason.find("shared memory"),
+            std::string::npos);
+  EXPECT_THROW(cuda::sparse_mla_op::make_plan(sparse(1, 128, 64, true), small), Error);
+}
+
+// ---- Top-k -------------------------------------------------------------------------------------------
+
+TEST(OpPlanTopk, ThreadsPerRowFollowTheRowWidth) {
+  using cuda::topk_op::Kernel;
+  const auto short_rows = cuda::topk_op::make_plan({.rows = 128, .width = 8192, .k = 2048}, kH200);
+  EXPECT_EQ(short_rows.kernel, Kernel::rows_256);
+  EXPECT_EQ(short_rows.threads, 256);
+  const auto long_rows = cuda::topk_op::make_plan({.rows = 1, .width = 8193, .k = 2048}, kH200);
+  EXPECT_EQ(long_rows.kernel, Kernel::rows_1024);
+  EXPECT_EQ(long_rows.threads, 1024);
+  EXPECT_EQ(workspace_size(long_rows), 0u);
+  EXPECT_FALSE(cuda::topk_op::can_implement({.rows = int64_t(1) << 31, .width = 16, .k = 4}, kH200).ok());
+}
+
+// ---- Indexer -----------------------------------------------------------------------------------------
+
+TEST(OpPlanIndexer, KernelVariantsGroupsAndColumnBlocks) {
+  using cuda::indexer::Kernel;
+  const auto ragged = cuda::indexer::make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200);
+  EXPECT_EQ(ragged.kernel, Kernel::ragged);
+  EXPECT_EQ(ragged.rows_per_group, cuda::indexer::kRaggedGroupRows);
+  EXPECT_EQ(ragged.num_groups, 3);  // 9 rows in groups of 4
+  EXPECT_EQ(ragged.col_blocks, (1000 + cuda::indexer::kColsPerCta - 1) / cuda::indexer::kColsPerCta);
+  EXPECT_TRUE(ragged.key_vec16);
+  EXPECT_EQ(cuda::indexer::make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200).kernel,
+            Kernel::ragged_q_scale);
+  const auto paged = cuda::indexer::make_plan(
+      {.paged = true, .rows = 128 * 2, .heads = 64, .num_cols = 32768, .next_n = 2, .page_size = 64}, kH200);
+  EXPECT_EQ(paged.kernel, Kernel::paged);
+  EXPECT_EQ(paged.rows_per_group, 2);
+  EXPECT_EQ(paged.num_groups, 128);
+  EXPECT_EQ(paged.ctas(), 128 * (32768 / cuda::indexer::kColsPerCta));
+  EXPECT_TRUE(paged.key_vec16);
+  const auto odd = cuda::indexer::make_plan(
+      {.paged = true, .rows = 4, .heads = 64, .num_cols = 64, .next_n = 1, .page_size = 2, .q_scale = true}, kH200);
+  EXPECT_EQ(odd.kernel, Kernel::paged_q_scale);
+  EXPECT_FALSE(odd.key_vec16);  // pages of 2 x 132 bytes break 16-byte alignment
+  EXPECT_FALSE(cuda::indexer::can_implement({.paged = true, .rows = 4, .next_n = 0}, kH200).ok());
+  EXPECT_FALSE(cuda::indexer::can_implement({.rows = int64_t(1) << 40, .heads = 64, .num_cols = 1 << 20}, kH200).ok());
+}
+
+}  // namespace
+}  // namespace attnserve
