@@ -28,8 +28,9 @@ bool sm90_env_allowed() {
 bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t, int variant) {
   return t.sm90a && caps.arch == 90 && p.kv_dtype == p.dtype && attn90::HeadDims::contains(p.d) && !p.descale &&
          !p.deterministic && attn90::smem_bytes(p.d, variant) <= caps.smem_per_block &&
-         // 32-bit slot and byte-stride arithmetic in its K/V gather (sm90/tile_load.cuh)
-         p.kv_token_stride * 2 <= INT32_MAX && p.num_pages * p.page_size <= INT32_MAX;
+         // 32-bit byte-stride arithmetic in its K/V gather (sm90/tile_load.cuh); slots are 32-bit for
+         // every kernel (can_implement)
+         p.kv_token_stride * 2 <= INT32_MAX;
 }
 
 }  // namespace
