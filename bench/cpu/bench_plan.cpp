@@ -64,7 +64,8 @@ void BM_DenseDecode256_short(benchmark::State& st) {
   run_plan<DensePlanner>(st, DensePlanConfig{.page_size = 1}, Setup(ForwardMode::decode, 256, 16, 1));
 }
 void BM_SparseDecode256(benchmark::State& st) {
-  run_plan<SparsePlanner>(st, SparsePlanConfig{.page_size = 64, .topk = 2048}, Setup(ForwardMode::decode, 256, 4096, 1));
+  run_plan<SparsePlanner>(st, SparsePlanConfig{.page_size = 64, .topk = 2048},
+                          Setup(ForwardMode::decode, 256, 4096, 1));
 }
 void BM_SparseDecode256_short(benchmark::State& st) {
   run_plan<SparsePlanner>(st, SparsePlanConfig{.page_size = 64, .topk = 2048}, Setup(ForwardMode::decode, 256, 16, 1));
@@ -80,7 +81,8 @@ void BM_DenseExtend64Mixed_short(benchmark::State& st) {
   run_plan<DensePlanner>(st, DensePlanConfig{.page_size = 1}, Setup(ForwardMode::extend, 64, 16, 8));
 }
 void BM_SparseExtend64Mixed(benchmark::State& st) {
-  run_plan<SparsePlanner>(st, SparsePlanConfig{.page_size = 64, .topk = 2048}, Setup(ForwardMode::extend, 64, 4096, 256));
+  run_plan<SparsePlanner>(st, SparsePlanConfig{.page_size = 64, .topk = 2048},
+                          Setup(ForwardMode::extend, 64, 4096, 256));
 }
 void BM_SparseExtend64Mixed_short(benchmark::State& st) {
   run_plan<SparsePlanner>(st, SparsePlanConfig{.page_size = 64, .topk = 2048}, Setup(ForwardMode::extend, 64, 16, 8));

@@ -1,7 +1,8 @@
 // CPU top-k scaling with row length (topk 2048): one row (single thread, latency) and a batch of
 // rows (threaded over rows, throughput). The counter "per_row" is the wall time per row.
-//   cmake -S . -B build-bench -DATTNSERVE_CUDA=OFF -DATTNSERVE_BENCH=ON && cmake --build build-bench --target bench_topk_cpu
-//   OMP_WAIT_POLICY=passive ./build-bench/bench/bench_topk_cpu --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   cmake -S . -B build-bench -DATTNSERVE_CUDA=OFF -DATTNSERVE_BENCH=ON && cmake --build build-bench --target
+//   bench_topk_cpu OMP_WAIT_POLICY=passive ./build-bench/bench/bench_topk_cpu --benchmark_repetitions=5
+//   --benchmark_report_aggregates_only=true
 //
 // Measured (2-core AMD EPYC VM shared with other builds, load average 2.2-2.9; medians of 5, three runs):
 //   one row, N(0,1) scores, topk 2048:  4K 12-18 us | 16K 41-45 us | 64K 154-188 us | 256K 687-791 us
@@ -28,8 +29,8 @@ struct Inputs {
   std::vector<float> scores;
   std::vector<int32_t> lengths, out;
   TopkArgs args;
-  Inputs(int64_t rows, int64_t len, int topk, Dist dist) : scores(size_t(rows * len)), lengths(size_t(rows), int32_t(len)),
-                                                          out(size_t(rows * topk)) {
+  Inputs(int64_t rows, int64_t len, int topk, Dist dist)
+      : scores(size_t(rows * len)), lengths(size_t(rows), int32_t(len)), out(size_t(rows * topk)) {
     std::mt19937_64 g(1234);
     std::normal_distribution<float> normal(0.f, 1.f);
     std::uniform_int_distribution<int> level(0, 63);
@@ -49,8 +50,8 @@ void run(benchmark::State& state, int64_t rows, Dist dist) {
     benchmark::DoNotOptimize(in.out.data());
     benchmark::ClobberMemory();
   }
-  state.counters["per_row"] =
-      benchmark::Counter(double(rows) * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["per_row"] = benchmark::Counter(double(rows) * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.SetBytesProcessed(int64_t(state.iterations()) * rows * len * int64_t(sizeof(float)));
 }
 
@@ -61,7 +62,8 @@ void BM_TopkOneRowAllEqual(benchmark::State& state) { run(state, 1, Dist::all_eq
 
 }  // namespace
 
-#define LENGTHS ->Arg(4 << 10)->Arg(16 << 10)->Arg(64 << 10)->Arg(256 << 10)->Unit(benchmark::kMicrosecond)->UseRealTime()
+#define LENGTHS \
+  ->Arg(4 << 10)->Arg(16 << 10)->Arg(64 << 10)->Arg(256 << 10)->Unit(benchmark::kMicrosecond)->UseRealTime()
 BENCHMARK(BM_TopkOneRow) LENGTHS;
 BENCHMARK(BM_TopkRows32) LENGTHS;
 BENCHMARK(BM_TopkOneRowTies64Levels) LENGTHS;

@@ -24,12 +24,12 @@
 using namespace attnserve;
 
 // Throws rather than exit() (DESIGN.md): main's catch prints the error and returns 1.
-#define CK(x)                                                                                            \
-  do {                                                                                                   \
-    cudaError_t e = (x);                                                                                 \
-    if (e != cudaSuccess)                                                                                \
+#define CK(x)                                                                                                 \
+  do {                                                                                                        \
+    cudaError_t e = (x);                                                                                      \
+    if (e != cudaSuccess)                                                                                     \
       throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorString(e) + " at " + __FILE__ + ":" + \
-                               std::to_string(__LINE__));                                                \
+                               std::to_string(__LINE__));                                                     \
   } while (0)
 
 namespace {
@@ -98,8 +98,8 @@ void report_bw(const std::string& name, double us, double bytes, const std::stri
 }
 
 void report_flops(const std::string& name, double us, double flops, double bytes, const std::string& note = "") {
-  std::printf("%-52s %10.1f us %9.1f TFLOP/s %8.0f GB/s %s\n", name.c_str(), us, flops / us * 1e-6,
-              bytes / us * 1e-3, note.c_str());
+  std::printf("%-52s %10.1f us %9.1f TFLOP/s %8.0f GB/s %s\n", name.c_str(), us, flops / us * 1e-6, bytes / us * 1e-3,
+              note.c_str());
   std::fflush(stdout);
 }
 
@@ -107,8 +107,8 @@ void bench_copy() {
   const size_t bytes = size_t(2) << 30;
   Buffer a(bytes, Device::cuda()), b(bytes, Device::cuda());
   fill_bf16(a.data(), bytes / 2, 1);
-  const double us = median_us([&](int) { CK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice)); },
-                              3, 20);
+  const double us =
+      median_us([&](int) { CK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice)); }, 3, 20);
   g_copy_gbs = 2.0 * bytes / us * 1e-3;
   std::printf("%-52s %10.1f us %9.0f GB/s (read + write)\n", "copy 2 GiB d2d (ceiling)", us, g_copy_gbs);
 }
@@ -153,15 +153,14 @@ Paged make_paged(int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, bo
 
 PagedAttentionArgs paged_args(Paged& p, int set, bool deterministic) {
   const int total_q = p.b * p.q_len;
-  PagedAttentionArgs a{
-      .q = TensorView::contiguous(static_cast<char*>(p.q.data()) + size_t(set) * p.q_set_elems * 2, DType::bf16,
-                                  {total_q, p.h_q, p.d}, Device::cuda()),
-      .k_cache = p.k.view(DType::bf16, {p.num_pages, p.ps, p.h_kv, p.d}),
-      .v_cache = p.v.view(DType::bf16, {p.num_pages, p.ps, p.h_kv, p.d}),
-      .page_table = p.pt.view(DType::i32, {p.b, p.max_pages}),
-      .cache_seqlens = p.sl.view(DType::i32, {p.b}),
-      .cu_seqlens_q = p.cu.view(DType::i32, {p.b + 1}),
-      .out = p.out.view(DType::bf16, {total_q, p.h_q, p.d})};
+  PagedAttentionArgs a{.q = TensorView::contiguous(static_cast<char*>(p.q.data()) + size_t(set) * p.q_set_elems * 2,
+                                                   DType::bf16, {total_q, p.h_q, p.d}, Device::cuda()),
+                       .k_cache = p.k.view(DType::bf16, {p.num_pages, p.ps, p.h_kv, p.d}),
+                       .v_cache = p.v.view(DType::bf16, {p.num_pages, p.ps, p.h_kv, p.d}),
+                       .page_table = p.pt.view(DType::i32, {p.b, p.max_pages}),
+                       .cache_seqlens = p.sl.view(DType::i32, {p.b}),
+                       .cu_seqlens_q = p.cu.view(DType::i32, {p.b + 1}),
+                       .out = p.out.view(DType::bf16, {total_q, p.h_q, p.d})};
   a.lse = p.lse.view(DType::f32, {total_q, p.h_q});
   a.max_seqlen_q = p.q_len;
   a.softmax_scale = 1.f / std::sqrt(float(p.d));
@@ -194,21 +193,27 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   PagedAttentionArgs a0 = paged_args(p, 0, false);
   const auto cfg = cuda::attn::select(a0, cuda::attn::current_device_caps(), tune);
   p.ws = Buffer(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
-  const double us = median_us([&](int i) {
-    cuda::attn::run(paged_args(p, i % p.q_sets, false), Workspace{p.ws.data(), p.ws.bytes()}, {}, tune);
-  }, 2, 10);
+  const double us = median_us(
+      [&](int i) {
+        cuda::attn::run(paged_args(p, i % p.q_sets, false), Workspace{p.ws.data(), p.ws.bytes()}, {}, tune);
+      },
+      2, 10);
   // Causal: each query row i (of s) sees prefix + i + 1 keys.
   const double pairs = double(b) * (double(s) * prefix + double(s) * (s + 1) / 2.0);
   const double flops = 4.0 * pairs * h_q * d;
   const double bytes = 2.0 * b * double(ctx) * h_kv * d * 2 + 2.0 * 2 * b * double(s) * h_q * d;
   char note[96];
-  if (cfg.sm90()) std::snprintf(note, sizeof note, "[sm90 wgmma %s]", cfg.sm90() == 3 ? "ping-pong" : cfg.sm90() == 2 ? "warp-specialized" : "coop");
+  if (cfg.sm90())
+    std::snprintf(note, sizeof note, "[sm90 wgmma %s]",
+                  cfg.sm90() == 3   ? "ping-pong"
+                  : cfg.sm90() == 2 ? "warp-specialized"
+                                    : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
   report_flops(name, us, flops, bytes, note);
 }
 
-void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_len = 1,
-               cuda::mla::MlaTuning tune = {}, bool deterministic = false) {
+void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_len = 1, cuda::mla::MlaTuning tune = {},
+               bool deterministic = false) {
   if (!selected(name)) return;
   const int max_pages = (ctx + ps - 1) / ps, num_pages = b * max_pages, total_q = b * q_len;
   Buffer kv(size_t(num_pages) * ps * 576 * 2, Device::cuda());
@@ -219,7 +224,8 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   fill_bf16(qn.data(), qn_elems * sets, 8);
   fill_bf16(qr.data(), qr_elems * sets, 9);
   Buffer out(qn_elems * 2, Device::cuda()), lse(size_t(total_q) * h_q * 4, Device::cuda());
-  std::vector<int32_t> ids(static_cast<size_t>(num_pages)), sl(static_cast<size_t>(b), ctx), cu(static_cast<size_t>(b) + 1);
+  std::vector<int32_t> ids(static_cast<size_t>(num_pages)), sl(static_cast<size_t>(b), ctx),
+      cu(static_cast<size_t>(b) + 1);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(5));
   for (int i = 0; i <= b; ++i) cu[size_t(i)] = i * q_len;
@@ -228,16 +234,15 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   CK(cudaMemcpy(slb.data(), sl.data(), sl.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(cub.data(), cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
   auto args = [&](int set) {
-    MlaAttentionArgs a{
-        .q_nope = TensorView::contiguous(static_cast<char*>(qn.data()) + size_t(set) * qn_elems * 2, DType::bf16,
-                                         {total_q, h_q, 512}, Device::cuda()),
-        .q_rope = TensorView::contiguous(static_cast<char*>(qr.data()) + size_t(set) * qr_elems * 2, DType::bf16,
-                                         {total_q, h_q, 64}, Device::cuda()),
-        .kv_cache = kv.view(DType::bf16, {num_pages, ps, 1, 576}),
-        .page_table = pt.view(DType::i32, {b, max_pages}),
-        .cache_seqlens = slb.view(DType::i32, {b}),
-        .cu_seqlens_q = cub.view(DType::i32, {b + 1}),
-        .out = out.view(DType::bf16, {total_q, h_q, 512})};
+    MlaAttentionArgs a{.q_nope = TensorView::contiguous(static_cast<char*>(qn.data()) + size_t(set) * qn_elems * 2,
+                                                        DType::bf16, {total_q, h_q, 512}, Device::cuda()),
+                       .q_rope = TensorView::contiguous(static_cast<char*>(qr.data()) + size_t(set) * qr_elems * 2,
+                                                        DType::bf16, {total_q, h_q, 64}, Device::cuda()),
+                       .kv_cache = kv.view(DType::bf16, {num_pages, ps, 1, 576}),
+                       .page_table = pt.view(DType::i32, {b, max_pages}),
+                       .cache_seqlens = slb.view(DType::i32, {b}),
+                       .cu_seqlens_q = cub.view(DType::i32, {b + 1}),
+                       .out = out.view(DType::bf16, {total_q, h_q, 512})};
     a.lse = lse.view(DType::f32, {total_q, h_q});
     a.max_seqlen_q = q_len;
     a.softmax_scale = 0.1352337f;
@@ -247,12 +252,15 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   const auto cfg = cuda::mla::select(args(0), cuda::attn::current_device_caps(), tune);
   Buffer ws(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
   const double us = median_us(
-      [&](int i) { cuda::mla::run(args(i % sets), Workspace{ws.data(), ws.bytes()}, {}, tune); }, 3, 20);
+      [&](int i) {
+        cuda::mla::run(args(i % sets), Workspace{ws.data(), ws.bytes()}, {}, tune);
+      },
+      3, 20);
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
   const double bytes = double(b) * ctx * 576 * 2;
   char note[96];
-  std::snprintf(note, sizeof note, "[hb %d splits %d stages %d] %.0f%% of copy", cfg.rows_per_block, cfg.num_splits, cfg.stages,
-                100.0 * bytes / us * 1e-3 / g_copy_gbs);
+  std::snprintf(note, sizeof note, "[hb %d splits %d stages %d] %.0f%% of copy", cfg.rows_per_block, cfg.num_splits,
+                cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
   report_flops(name, us, flops, bytes, note);
 }
 
@@ -324,7 +332,8 @@ int main(int argc, char** argv) try {
   bench_copy();
 
   // Decode, h_q 32 / h_kv 8 / d 128, b 64 x 8K (target >= 3.5 TB/s of K+V read).
-  for (int ps : {1, 16, 64}) bench_paged("decode b64x8K hq32 hkv8 page" + std::to_string(ps), 64, 32, 8, 128, ps, 1, 8192);
+  for (int ps : {1, 16, 64})
+    bench_paged("decode b64x8K hq32 hkv8 page" + std::to_string(ps), 64, 32, 8, 128, ps, 1, 8192);
   bench_paged("decode b64x8K hq32 hkv8 page16 sequential-pages", 64, 32, 8, 128, 16, 1, 8192, false);
   bench_paged("decode b64x8K hq32 hkv8 page1 sequential-pages", 64, 32, 8, 128, 1, 1, 8192, false);
   // h_q 16 / h_kv 2, b 128 x 4K (target >= 3.0 TB/s).
@@ -341,8 +350,8 @@ int main(int argc, char** argv) try {
                   true, cuda::attn::Tuning{s, 0, 0});
   if (!g_quick)
     for (int st : {2})
-      bench_paged("sweep decode b64x8K hq32 hkv8 page16 stages" + std::to_string(st), 64, 32, 8, 128, 16, 1, 8192,
-                  true, cuda::attn::Tuning{0, st, 0});
+      bench_paged("sweep decode b64x8K hq32 hkv8 page16 stages" + std::to_string(st), 64, 32, 8, 128, 16, 1, 8192, true,
+                  cuda::attn::Tuning{0, st, 0});
 
   // A/B on one machine: shift addressing of power-of-two pages (default) vs integer division.
   for (int shifts : {1, 0}) {

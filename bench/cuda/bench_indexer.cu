@@ -20,7 +20,8 @@ namespace {
 
 void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_size) {
   const std::string name = "indexer paged b " + std::to_string(b) + " ctx " + std::to_string(ctx >> 10) + "K heads " +
-                           std::to_string(heads) + " next_n " + std::to_string(next_n) + " page " + std::to_string(page_size);
+                           std::to_string(heads) + " next_n " + std::to_string(next_n) + " page " +
+                           std::to_string(page_size);
   if (!selected(name)) return;
   const int64_t rows = b * next_n, pages_per = (ctx + page_size - 1) / page_size, num_pages = b * pages_per;
   const std::size_t pool_bytes = std::size_t(num_pages) * IndexerKeyLayout::bytes_per_page(page_size);
@@ -31,7 +32,8 @@ void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_siz
     std::vector<float> scales(static_cast<std::size_t>(page_size), 0.0625f);
     for (int64_t p = 0; p < num_pages; ++p)
       DSA_CK(cudaMemcpy(static_cast<uint8_t*>(pool.data()) + p * IndexerKeyLayout::bytes_per_page(page_size) +
-                            std::size_t(page_size) * 128, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+                            std::size_t(page_size) * 128,
+                        scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
   }
   std::vector<int32_t> ids(static_cast<std::size_t>(num_pages)), seq(static_cast<std::size_t>(b), int32_t(ctx));
   std::iota(ids.begin(), ids.end(), 0);
@@ -44,15 +46,16 @@ void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_siz
   Buffer logits(std::size_t(rows * ctx) * 4, Device::cuda());
   fill_fp8(q.data(), std::size_t(rows * heads * 128) * sets, 12);
   fill_f32(w.data(), std::size_t(rows * heads), 13, 0.2f);
-  IndexerPagedArgs a{.q = TensorView::contiguous(q.data(), DType::fp8_e4m3, {rows, heads, 128}, Device::cuda()),
-                     .weights = TensorView::contiguous(w.data(), DType::f32, {rows, heads}, Device::cuda()),
-                     .index_k_cache = TensorView::contiguous(pool.data(), DType::u8,
-                                                             {num_pages, int64_t(IndexerKeyLayout::bytes_per_page(page_size))}, Device::cuda()),
-                     .page_table = TensorView::contiguous(pt.data(), DType::i32, {b, pages_per}, Device::cuda()),
-                     .seqlens = TensorView::contiguous(sl.data(), DType::i32, {b}, Device::cuda()),
-                     .logits = TensorView::contiguous(logits.data(), DType::f32, {rows, ctx}, Device::cuda()),
-                     .page_size = page_size,
-                     .next_n = next_n};
+  IndexerPagedArgs a{
+      .q = TensorView::contiguous(q.data(), DType::fp8_e4m3, {rows, heads, 128}, Device::cuda()),
+      .weights = TensorView::contiguous(w.data(), DType::f32, {rows, heads}, Device::cuda()),
+      .index_k_cache = TensorView::contiguous(
+          pool.data(), DType::u8, {num_pages, int64_t(IndexerKeyLayout::bytes_per_page(page_size))}, Device::cuda()),
+      .page_table = TensorView::contiguous(pt.data(), DType::i32, {b, pages_per}, Device::cuda()),
+      .seqlens = TensorView::contiguous(sl.data(), DType::i32, {b}, Device::cuda()),
+      .logits = TensorView::contiguous(logits.data(), DType::f32, {rows, ctx}, Device::cuda()),
+      .page_size = page_size,
+      .next_n = next_n};
   const double us = median_us([&](int i) {
     IndexerPagedArgs r = a;
     r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * rows * heads * 128;
@@ -66,7 +69,8 @@ void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_siz
 }
 
 void bench_ragged_prefill(int64_t tokens, int64_t heads) {
-  const std::string name = "indexer ragged causal prefill " + std::to_string(tokens) + " tokens heads " + std::to_string(heads);
+  const std::string name =
+      "indexer ragged causal prefill " + std::to_string(tokens) + " tokens heads " + std::to_string(heads);
   if (!selected(name)) return;
   Buffer q(std::size_t(tokens * heads * 128), Device::cuda()), w(std::size_t(tokens * heads) * 4, Device::cuda());
   Buffer k(std::size_t(tokens) * 128, Device::cuda()), ks(std::size_t(tokens) * 4, Device::cuda()),

@@ -51,7 +51,8 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
     fill_bf16(kv.data(), std::size_t(pool_tokens * 576), 31);
   }
   const std::size_t q_set = std::size_t(rows * h_q * 576) * 2;
-  const int sets = std::min(sets_for(q_set + std::size_t(rows * topk) * 4), (pool_tokens * row_bytes > int64_t(kL2Bytes) * 2) ? 4 : 2);
+  const int sets = std::min(sets_for(q_set + std::size_t(rows * topk) * 4),
+                            (pool_tokens * row_bytes > int64_t(kL2Bytes) * 2) ? 4 : 2);
   Buffer q(q_set * sets, Device::cuda()), idx(std::size_t(rows * topk) * 4 * sets, Device::cuda());
   Buffer out(std::size_t(rows * h_q * 512) * 2, Device::cuda()), lse(std::size_t(rows * h_q) * 4, Device::cuda());
   fill_bf16(q.data(), q_set / 2 * sets, 32);
@@ -65,17 +66,20 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
   a.softmax_scale = 0.1352337f;
   const auto cfg = cuda::sparse_mla_op::select(a, query_device_caps(Device::cuda()), tune);
   Buffer ws(std::max<std::size_t>(cfg.ws_bytes, 16), Device::cuda());
-  const double us = median_us([&](int i) {
-    SparseMlaArgs r = a;
-    r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * q_set;
-    r.indices.data = static_cast<int32_t*>(idx.data()) + std::size_t(i % sets) * rows * topk;
-    cuda::sparse_mla_op::run(r, Workspace{ws.data(), ws.bytes()}, {}, tune);
-  }, 3, 20);
+  const double us = median_us(
+      [&](int i) {
+        SparseMlaArgs r = a;
+        r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * q_set;
+        r.indices.data = static_cast<int32_t*>(idx.data()) + std::size_t(i % sets) * rows * topk;
+        cuda::sparse_mla_op::run(r, Workspace{ws.data(), ws.bytes()}, {}, tune);
+      },
+      3, 20);
   const double flops = 2.0 * double(rows) * double(h_q) * double(topk) * (576 + 512);
   const double bytes = double(rows) * topk * row_bytes + double(q_set) + double(rows * h_q * 512) * 2;
   char note[256];
-  std::snprintf(note, sizeof note, "splits %d (x%d tiles) stages %d ctas/SM %d | %.2fx of %s (%.0f TFLOP/s)", cfg.num_splits,
-                cfg.split_tiles, cfg.stages, cfg.ctas_per_sm, flops / us * 1e-6 / peer_tflops, peer.c_str(), peer_tflops);
+  std::snprintf(note, sizeof note, "splits %d (x%d tiles) stages %d ctas/SM %d | %.2fx of %s (%.0f TFLOP/s)",
+                cfg.num_splits, cfg.split_tiles, cfg.stages, cfg.ctas_per_sm, flops / us * 1e-6 / peer_tflops,
+                peer.c_str(), peer_tflops);
   report(name, us, flops, bytes, note);
 }
 
@@ -98,7 +102,8 @@ int main(int argc, char** argv) try {
   // Split-K sweeps. h_q 16 (DeepSeek-V3.2 at TP 8): splits 1 / 2 / 4 / 8 at the selector's ring, then the
   // two halves of the change apart: the 2-stage ring unsplit (still one CTA per row: 128 CTAs), and
   // 2 splits with the deep ring (one CTA per SM).
-  for (int s : {1, 2, 4, 8}) bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {s, 0});
+  for (int s : {1, 2, 4, 8})
+    bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {s, 0});
   bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
   bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {2, 7});
   bench_case("sparse decode", 64, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");

@@ -20,12 +20,12 @@
 namespace dsa_bench {
 
 // Throws rather than exit() (DESIGN.md): each bench main's catch prints the error and returns 1.
-#define DSA_CK(x)                                                                                              \
-  do {                                                                                                         \
-    cudaError_t e__ = (x);                                                                                     \
-    if (e__ != cudaSuccess)                                                                                    \
+#define DSA_CK(x)                                                                                               \
+  do {                                                                                                          \
+    cudaError_t e__ = (x);                                                                                      \
+    if (e__ != cudaSuccess)                                                                                     \
       throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorString(e__) + " at " + __FILE__ + ":" + \
-                               std::to_string(__LINE__));                                                      \
+                               std::to_string(__LINE__));                                                       \
   } while (0)
 
 inline bool g_quick = false;
@@ -53,30 +53,36 @@ __device__ __forceinline__ float unit(uint64_t i, uint32_t seed) {  // (-1, 1), 
 
 // f32 values in (-scale, scale).
 __global__ void fill_f32_kernel(float* p, std::size_t n, uint32_t seed, float scale) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = unit(i, seed) * scale;
 }
 // bf16 values in (-scale, scale) (round to nearest even).
 __global__ void fill_bf16_kernel(uint16_t* p, std::size_t n, uint32_t seed, float scale) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const uint32_t u = __float_as_uint(unit(i, seed) * scale);
     p[i] = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
   }
 }
 // Random e4m3 codes in [0x08, 0x77] with a random sign: normal, finite values between 2^-6 and 240.
 __global__ void fill_fp8_kernel(uint8_t* p, std::size_t n, uint32_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const uint32_t h = hash32(i, seed);
     p[i] = uint8_t(0x08 + (h % 0x70)) | uint8_t((h >> 16) & 0x80);
   }
 }
 // i32 values in [0, modulo).
 __global__ void fill_index_kernel(int32_t* p, std::size_t n, uint32_t seed, uint32_t modulo) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = int32_t(hash32(i, seed) % modulo);
 }
 __global__ void fill_const_i32_kernel(int32_t* p, std::size_t n, int32_t v) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) p[i] = v;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    p[i] = v;
 }
 
 inline void fill_f32(void* p, std::size_t n, uint32_t seed, float scale = 1.f) {
@@ -143,7 +149,8 @@ inline double copy_ceiling_gbs() {
   const std::size_t bytes = std::size_t(1) << 30;
   attnserve::Buffer a(bytes, attnserve::Device::cuda()), b(bytes, attnserve::Device::cuda());
   fill_fp8(a.data(), bytes, 1);
-  const double us = median_us([&](int) { DSA_CK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice)); }, 2, 10);
+  const double us =
+      median_us([&](int) { DSA_CK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice)); }, 2, 10);
   const double gbs = 2.0 * bytes / us * 1e-3;
   std::printf("%-50s %10.1f us %16s %8.0f GB/s  (read + write: the ceiling)\n", "copy 1 GiB d2d", us, "", gbs);
   return gbs;
@@ -161,6 +168,5 @@ inline bool bench_start(int argc, char** argv, const char* title) {
   copy_ceiling_gbs();
   return true;
 }
-
 
 }  // namespace dsa_bench

@@ -19,7 +19,8 @@ enum class Fill { uniform, normal, ties16 };
 
 // N(0, 1) by Box-Muller on two hashes (what the same-run peer harness feeds: torch.randn).
 __global__ void fill_normal_kernel(float* p, std::size_t n, uint32_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
     const float u1 = (float(hash32(i, seed) & 0xffffff) + 0.5f) / 16777216.f;
     const float u2 = (float(hash32(i, seed ^ 0x9e3779b9u) & 0xffffff) + 0.5f) / 16777216.f;
     p[i] = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
@@ -27,7 +28,8 @@ __global__ void fill_normal_kernel(float* p, std::size_t n, uint32_t seed) {
 }
 // 16 levels inside one 12-bit key bin (1.0 + level * 256 ulp): every row ties massively at its threshold.
 __global__ void fill_ties16_kernel(float* p, std::size_t n, uint32_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = __uint_as_float(0x3f800000u + (hash32(i, seed) & 15u) * 256u);
 }
 
@@ -41,12 +43,14 @@ const char* path_name(cuda::TopkPath path) {
   }
 }
 
-void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer, Fill fill = Fill::uniform,
-                cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0) {
+void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer,
+                Fill fill = Fill::uniform, cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0) {
   const std::string name = "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " +
                            std::to_string(rows) + " rows" + (transform == TopkTransform::decode ? " +decode" : "") +
-                           (fill == Fill::normal ? " normal" : fill == Fill::ties16 ? " ties16" : "") + path_name(path) +
-                           (stop ? " [phase " + std::to_string(stop) + "]" : std::string());
+                           (fill == Fill::normal   ? " normal"
+                            : fill == Fill::ties16 ? " ties16"
+                                                   : "") +
+                           path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string());
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
@@ -72,11 +76,13 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   }
   const std::size_t ws_bytes = topk_workspace_size(a, query_device_caps(Device::cuda()));
   Buffer ws(std::max<std::size_t>(ws_bytes, 16), Device::cuda());
-  const double us = median_us([&](int i) {
-    TopkArgs r = a;
-    r.scores.data = static_cast<float*>(scores.data()) + std::size_t(i % sets) * rows * width;
-    topk(r, Workspace{ws.data(), ws.bytes()}, {});
-  }, 3, 30);
+  const double us = median_us(
+      [&](int i) {
+        TopkArgs r = a;
+        r.scores.data = static_cast<float*>(scores.data()) + std::size_t(i % sets) * rows * width;
+        topk(r, Workspace{ws.data(), ws.bytes()}, {});
+      },
+      3, 30);
   report(name, us, 0, double(set_bytes), peer);
   cuda::set_topk_path(cuda::TopkPath::automatic);
   cuda::set_topk_debug_stop(0);

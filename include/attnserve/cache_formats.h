@@ -1,9 +1,9 @@
 // Byte layouts of the quantized caches, shared by stores, kernels and tests.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <cmath>
 
 #include "attnserve/numeric.h"
 

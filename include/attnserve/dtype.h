@@ -10,10 +10,14 @@ enum class DType : uint8_t { bf16, f16, f32, f64, fp8_e4m3, i32, i64, u8 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::bf16: case DType::f16: return 2;
-    case DType::f32: case DType::i32: return 4;
-    case DType::f64: case DType::i64: return 8;
-    case DType::fp8_e4m3: case DType::u8: return 1;
+    case DType::bf16:
+    case DType::f16: return 2;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::f64:
+    case DType::i64: return 8;
+    case DType::fp8_e4m3:
+    case DType::u8: return 1;
   }
   return 0;
 }

@@ -8,8 +8,7 @@ namespace attnserve {
 
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& what, const char* file, int line)
-      : std::runtime_error(what), file_(file), line_(line) {}
+  Error(const std::string& what, const char* file, int line) : std::runtime_error(what), file_(file), line_(line) {}
   const char* file() const noexcept { return file_; }
   int line() const noexcept { return line_; }
 
@@ -31,8 +30,8 @@ template <typename... Parts>
 }  // namespace attnserve
 
 // ATTNSERVE_CHECK(cond, "message parts", value, ...): throws attnserve::Error naming file and line.
-#define ATTNSERVE_CHECK(cond, ...)                                                    \
-  do {                                                                                \
+#define ATTNSERVE_CHECK(cond, ...)                                                         \
+  do {                                                                                     \
     if (!(cond)) ::attnserve::detail::throw_error(__FILE__, __LINE__, #cond, __VA_ARGS__); \
   } while (0)
 

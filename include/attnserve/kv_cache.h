@@ -28,8 +28,8 @@ class ReqToTokenPool {
   int64_t max_context_len() const { return max_context_len_; }
   Device device() const { return buffer_.device(); }
 
-  int64_t alloc();                 // a free request index; error when none is left
-  void free(int64_t req);          // error on a free / out-of-range index (nothing changes)
+  int64_t alloc();         // a free request index; error when none is left
+  void free(int64_t req);  // error on a free / out-of-range index (nothing changes)
   int64_t available() const { return int64_t(free_.size()); }
   bool is_allocated(int64_t req) const;
 
@@ -64,13 +64,13 @@ class ReqToTokenPool {
 class SlotAllocator {
  public:
   struct ExtendRequest {
-    int64_t prefix_len = 0;   // tokens already in the cache
-    int64_t last_loc = -1;    // slot of the last cached token; -1 when prefix_len == 0
-    int64_t extend_len = 0;   // new tokens to place
+    int64_t prefix_len = 0;  // tokens already in the cache
+    int64_t last_loc = -1;   // slot of the last cached token; -1 when prefix_len == 0
+    int64_t extend_len = 0;  // new tokens to place
   };
   struct DecodeRequest {
-    int64_t seq_len = 0;      // tokens already in the cache (>= 1)
-    int64_t last_loc = -1;    // slot of the last cached token
+    int64_t seq_len = 0;    // tokens already in the cache (>= 1)
+    int64_t last_loc = -1;  // slot of the last cached token
   };
 
   SlotAllocator(int64_t num_slots, int page_size);
@@ -101,8 +101,8 @@ class SlotAllocator {
 
   int page_size_;
   int64_t num_pages_;
-  std::set<int32_t> free_;           // free usable pages, ascending
-  std::vector<uint8_t> allocated_;   // per page
+  std::set<int32_t> free_;          // free usable pages, ascending
+  std::vector<uint8_t> allocated_;  // per page
 };
 
 // ---- Per-layer pools. Each allocates all its layers at construction (zero-filled) and hands out
@@ -112,11 +112,11 @@ class SlotAllocator {
 // An fp8 pool keeps a per-layer (k_scale, v_scale): stored = fp8(x / scale).
 class MhaKvPool {
  public:
-  MhaKvPool(int64_t num_layers, int64_t num_slots, int64_t h_kv, int64_t d, int64_t d_v, DType dtype,
-            Device device, float k_scale = 1.f, float v_scale = 1.f);
+  MhaKvPool(int64_t num_layers, int64_t num_slots, int64_t h_kv, int64_t d, int64_t d_v, DType dtype, Device device,
+            float k_scale = 1.f, float v_scale = 1.f);
 
-  TensorView k(int64_t layer) const;  // [num_slots, h_kv, d]
-  TensorView v(int64_t layer) const;  // [num_slots, h_kv, d_v]
+  TensorView k(int64_t layer) const;                       // [num_slots, h_kv, d]
+  TensorView v(int64_t layer) const;                       // [num_slots, h_kv, d_v]
   TensorView k_paged(int64_t layer, int page_size) const;  // [num_pages, page_size, h_kv, d]
   TensorView v_paged(int64_t layer, int page_size) const;  // [num_pages, page_size, h_kv, d_v]
 
@@ -150,7 +150,7 @@ class MlaKvPool {
 
   MlaKvPool(int64_t num_layers, int64_t num_slots, MlaCacheFormat format, Device device);
 
-  TensorView cache(int64_t layer) const;                    // [num_slots, 576] bf16 | [num_slots, 656] u8
+  TensorView cache(int64_t layer) const;                       // [num_slots, 576] bf16 | [num_slots, 656] u8
   TensorView cache_paged(int64_t layer, int page_size) const;  // [num_pages, page_size, 576 | 656]
 
   MlaCacheFormat format() const { return format_; }

@@ -7,12 +7,26 @@
 
 namespace attnserve {
 
-struct bf16_t { uint16_t bits; };
-struct f16_t { uint16_t bits; };
-struct fp8_e4m3_t { uint8_t bits; };
+struct bf16_t {
+  uint16_t bits;
+};
+struct f16_t {
+  uint16_t bits;
+};
+struct fp8_e4m3_t {
+  uint8_t bits;
+};
 
-inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 inline float to_float(bf16_t x) { return bits_f32(uint32_t(x.bits) << 16); }
 inline bf16_t to_bf16(float f) {
@@ -55,8 +69,8 @@ inline fp8_e4m3_t to_fp8_e4m3(float f) {
   uint8_t sign = std::signbit(f) ? 0x80 : 0;
   float a = std::fabs(f);
   if (a >= 448.f) return {uint8_t(sign | 0x7e)};  // saturate (satfinite)
-  if (a < std::ldexp(1.f, -6)) {                    // subnormal range: step 2^-9
-    int m = int(std::nearbyint(a * 512.f));         // m in [0, 8]; 8 becomes the smallest normal
+  if (a < std::ldexp(1.f, -6)) {                  // subnormal range: step 2^-9
+    int m = int(std::nearbyint(a * 512.f));       // m in [0, 8]; 8 becomes the smallest normal
     return {uint8_t(sign | m)};
   }
   int e;
@@ -64,7 +78,10 @@ inline fp8_e4m3_t to_fp8_e4m3(float f) {
   int exp = e - 1 + 7;           // biased exponent of 1.xxx form
   float mant = (fr * 2.f - 1.f) * 8.f;
   int m = int(std::nearbyint(mant));
-  if (m == 8) { m = 0; ++exp; }
+  if (m == 8) {
+    m = 0;
+    ++exp;
+  }
   if (exp > 15 || (exp == 15 && m == 7)) return {uint8_t(sign | 0x7e)};
   return {uint8_t(sign | (exp << 3) | m)};
 }

@@ -72,16 +72,16 @@ struct LocalAttentionMetadata {
 struct DenseMetadata {
   ForwardMode mode = ForwardMode::idle;
   int batch_size = 0;
-  int num_q_rows = 0;                // query rows (the graph's bound in captured metadata)
+  int num_q_rows = 0;  // query rows (the graph's bound in captured metadata)
   int page_size = 1;
-  TensorView cache_seqlens_int32;    // [bs] i32 kv_len per request
-  TensorView cu_seqlens_q;           // [bs + 1] i32 (extend without prefix: the cu_seqlens_k view)
-  TensorView cu_seqlens_k;           // [bs + 1] i32
+  TensorView cache_seqlens_int32;  // [bs] i32 kv_len per request
+  TensorView cu_seqlens_q;         // [bs + 1] i32 (extend without prefix: the cu_seqlens_k view)
+  TensorView cu_seqlens_k;         // [bs + 1] i32
   int max_seq_len_q = 0;
   int max_seq_len_k = 0;
-  TensorView page_table;             // [bs, pages] i32: page ids (token slots when page_size == 1);
-                                     // key j of request r: slot page_table[r, j / P] * P + j % P.
-                                     // 0 past a request's keys (up to the plan's width)
+  TensorView page_table;  // [bs, pages] i32: page ids (token slots when page_size == 1);
+                          // key j of request r: slot page_table[r, j / P] * P + j % P.
+                          // 0 past a request's keys (up to the plan's width)
   int window_left = -1;
   int window_right = -1;
   bool has_local_attn = false;
@@ -136,24 +136,24 @@ struct SparsePlanConfig {
 struct SparseMetadata {
   ForwardMode mode = ForwardMode::idle;
   int batch_size = 0;
-  int num_rows = 0;                   // query rows (the graph's bound in captured metadata)
+  int num_rows = 0;  // query rows (the graph's bound in captured metadata)
   int page_size = 1;
   int topk = 0;
-  TensorView cache_seqlens_int32;     // [bs] i32 kv_len per request
-  TensorView cu_seqlens_k;            // [bs + 1] i32
-  TensorView cu_seqlens_q;            // [R + 1] i32, R = page-table rows; row i belongs to page-table
-                                      // row r with cu_seqlens_q[r] <= i < cu_seqlens_q[r + 1]
-  int max_seq_len_q = 0;              // max rows per page-table row (1 in decode and verify)
+  TensorView cache_seqlens_int32;  // [bs] i32 kv_len per request
+  TensorView cu_seqlens_k;         // [bs + 1] i32
+  TensorView cu_seqlens_q;         // [R + 1] i32, R = page-table rows; row i belongs to page-table
+                                   // row r with cu_seqlens_q[r] <= i < cu_seqlens_q[r + 1]
+  int max_seq_len_q = 0;           // max rows per page-table row (1 in decode and verify)
   int max_seq_len_k = 0;
-  TensorView page_table_1;            // [R, max_seq_len_k] i32 token slots (page size 1);
-                                      // R = bs, or rows in target_verify. 0 past a row's keys
-  TensorView real_page_table;         // [R, pages] i32 page ids for page_size (== page_table_1 if 1)
-  TensorView nsa_seqlens_expanded;    // [rows] i32 keys row i sees: kv_len - q_len + 1 + t
-  TensorView nsa_cache_seqlens_int32; // [rows] i32 min(expanded, topk)
-  TensorView nsa_cu_seqlens_q;        // [rows + 1] i32 = 0 .. rows
-  TensorView nsa_cu_seqlens_k;        // [rows + 1] i32 prefix sums of nsa_cache_seqlens_int32
+  TensorView page_table_1;                        // [R, max_seq_len_k] i32 token slots (page size 1);
+                                                  // R = bs, or rows in target_verify. 0 past a row's keys
+  TensorView real_page_table;                     // [R, pages] i32 page ids for page_size (== page_table_1 if 1)
+  TensorView nsa_seqlens_expanded;                // [rows] i32 keys row i sees: kv_len - q_len + 1 + t
+  TensorView nsa_cache_seqlens_int32;             // [rows] i32 min(expanded, topk)
+  TensorView nsa_cu_seqlens_q;                    // [rows + 1] i32 = 0 .. rows
+  TensorView nsa_cu_seqlens_k;                    // [rows + 1] i32 prefix sums of nsa_cache_seqlens_int32
   std::vector<int32_t> nsa_extend_seq_lens_list;  // host: query rows of each page-table row
-                                      // (replay rewrites it; a captured kernel must read cu_seqlens_q)
+                                                  // (replay rewrites it; a captured kernel must read cu_seqlens_q)
   int nsa_max_seqlen_q = 1;
   // Captured metadata: as DenseMetadata. Rows past the live rows (padding requests, draft_extend
   // rows past the accepted tokens) have expanded = nsa_cache_seqlens = 0.

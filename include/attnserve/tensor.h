@@ -12,7 +12,6 @@
 #include "attnserve/dtype.h"
 #include "attnserve/error.h"
 
-
 namespace attnserve {
 
 enum class DeviceType : uint8_t { cpu, cuda };
@@ -41,8 +40,7 @@ struct TensorView {
   // Contiguous (row-major) view over `data`.
   static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
                                Device device = Device::cpu());
-  static TensorView contiguous(void* data, DType dtype, const int64_t* shape, int ndim,
-                               Device device = Device::cpu());
+  static TensorView contiguous(void* data, DType dtype, const int64_t* shape, int ndim, Device device = Device::cpu());
 
   bool empty_view() const { return ndim == 0 && data == nullptr; }  // "not given"
   int64_t size(int d) const { return shape[d < 0 ? d + ndim : d]; }
@@ -52,7 +50,10 @@ struct TensorView {
   std::size_t nbytes() const { return std::size_t(numel()) * dtype_size(dtype); }
   std::string shape_string() const;  // "[2, 3, 4]"
 
-  template <typename T> T* ptr() const { return static_cast<T*>(data); }
+  template <typename T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 
   // New views (no copies). reshape requires a contiguous view.
   TensorView reshape(std::initializer_list<int64_t> new_shape) const;
@@ -63,8 +64,8 @@ struct TensorView {
 
 // ---- Argument checks at the API edge. Messages name the op, the argument, expected and actual.
 // In `dims`, -1 is a wildcard. Returns normally or throws attnserve::Error.
-void check_tensor(std::string_view op, std::string_view arg, const TensorView& t,
-                  std::initializer_list<DType> dtypes, std::initializer_list<int64_t> dims);
+void check_tensor(std::string_view op, std::string_view arg, const TensorView& t, std::initializer_list<DType> dtypes,
+                  std::initializer_list<int64_t> dims);
 // Same, but an absent (default-constructed) view passes.
 void check_optional_tensor(std::string_view op, std::string_view arg, const TensorView& t,
                            std::initializer_list<DType> dtypes, std::initializer_list<int64_t> dims);

@@ -30,9 +30,13 @@ struct HostBatch {
         draft_slots(drafts.value_or(std::vector<int32_t>{})),
         req_to_token(to_view(table)) {}
   BatchSpec spec(ForwardMode mode) const {
-    return BatchSpec{.mode = mode, .seq_lens = seq_lens, .req_pool_indices = req_pool_indices,
-                     .extend_seq_lens = extend_seq_lens, .extend_prefix_lens = extend_prefix_lens,
-                     .draft_slots = draft_slots, .req_to_token = req_to_token};
+    return BatchSpec{.mode = mode,
+                     .seq_lens = seq_lens,
+                     .req_pool_indices = req_pool_indices,
+                     .extend_seq_lens = extend_seq_lens,
+                     .extend_prefix_lens = extend_prefix_lens,
+                     .draft_slots = draft_slots,
+                     .req_to_token = req_to_token};
   }
 };
 
@@ -60,8 +64,12 @@ std::vector<KvLayerBuffers> kv_buffers(const std::vector<nb::ndarray<>>& k, cons
 LayerSpec layer_spec(int layer_id, std::optional<float> scaling, std::optional<float> logit_cap,
                      std::optional<int> sliding_window_size, bool use_irope, std::optional<float> k_scale,
                      std::optional<float> v_scale) {
-  return LayerSpec{.layer_id = layer_id, .scaling = scaling, .logit_cap = logit_cap,
-                   .sliding_window_size = sliding_window_size, .use_irope = use_irope, .k_scale = k_scale,
+  return LayerSpec{.layer_id = layer_id,
+                   .scaling = scaling,
+                   .logit_cap = logit_cap,
+                   .sliding_window_size = sliding_window_size,
+                   .use_irope = use_irope,
+                   .k_scale = k_scale,
                    .v_scale = v_scale};
 }
 
@@ -112,8 +120,8 @@ void bind_backend_methods(nb::class_<Backend>& c) {
             b.init_forward_metadata_replay_cuda_graph(bs, h.spec(mode), to_stream(stream));
           },
           arg("bs"), arg("mode"), arg("seq_lens"), arg("req_pool_indices"), nb::kw_only(),
-          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
-          arg("draft_slots") = nb::none(), arg("req_to_token") = nb::none(), arg("stream") = 0);
+          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(), arg("draft_slots") = nb::none(),
+          arg("req_to_token") = nb::none(), arg("stream") = 0);
   // forward_extend / forward_decode / forward: `out` is written; layer fields as LayerSpec.
   auto add_forward = [&c](const char* name, TensorView (Backend::*fn)(const ForwardArgs&, const LayerSpec&, Stream)) {
     c.def(
@@ -122,9 +130,14 @@ void bind_backend_methods(nb::class_<Backend>& c) {
              OptRoArray k_rope, OptRoArray out_cache_loc, bool save_kv_cache, OptRoArray topk_indices,
              std::optional<float> scaling, std::optional<float> logit_cap, std::optional<int> sliding_window_size,
              bool use_irope, std::optional<float> k_scale, std::optional<float> v_scale, uintptr_t stream) {
-          const ForwardArgs a{.q = to_view(q), .out = to_view(out), .k = to_view(k), .v = to_view(v),
-                              .q_rope = to_view(q_rope), .k_rope = to_view(k_rope),
-                              .out_cache_loc = to_view(out_cache_loc), .save_kv_cache = save_kv_cache,
+          const ForwardArgs a{.q = to_view(q),
+                              .out = to_view(out),
+                              .k = to_view(k),
+                              .v = to_view(v),
+                              .q_rope = to_view(q_rope),
+                              .k_rope = to_view(k_rope),
+                              .out_cache_loc = to_view(out_cache_loc),
+                              .save_kv_cache = save_kv_cache,
                               .topk_indices = to_view(topk_indices)};
           (b.*fn)(a, layer_spec(layer_id, scaling, logit_cap, sliding_window_size, use_irope, k_scale, v_scale),
                   to_stream(stream));
@@ -178,7 +191,9 @@ void bind_multi_step(nb::module_& m, const char* name, const char* doc) {
           arg("max_bs"), arg("max_num_tokens"), nb::kw_only(), arg("stream") = 0)
       .def(
           "init_forward_metadata_capture_cuda_graph",
-          [](Multi& ms, int bs, uintptr_t stream) { ms.init_forward_metadata_capture_cuda_graph(bs, to_stream(stream)); },
+          [](Multi& ms, int bs, uintptr_t stream) {
+            ms.init_forward_metadata_capture_cuda_graph(bs, to_stream(stream));
+          },
           arg("bs"), nb::kw_only(), arg("stream") = 0)
       .def(
           "init_forward_metadata_replay_cuda_graph",
@@ -225,7 +240,8 @@ void bind_config_common(nb::class_<Config>& c) {
       .def(
           "set_kv_buffers",
           [](Config& c, const std::vector<nb::ndarray<>>& k, const ArrayList& v, const std::vector<float>& k_scales,
-             const std::vector<float>& v_scales, bool fp8) { c.kv_buffers = kv_buffers(k, v, k_scales, v_scales, fp8); },
+             const std::vector<float>& v_scales,
+             bool fp8) { c.kv_buffers = kv_buffers(k, v, k_scales, v_scales, fp8); },
           arg("k"), arg("v") = ArrayList{}, arg("k_scales") = std::vector<float>{},
           arg("v_scales") = std::vector<float>{}, arg("fp8") = false, nb::keep_alive<1, 2>(), nb::keep_alive<1, 3>(),
           "Per-layer KV arrays (MLA: the latent caches in k, v empty). fp8: uint8 arrays hold fp8 e4m3.")
@@ -241,8 +257,9 @@ void bind_backend(nb::module_& m) {
       .value("sparse_bf16", NsaImpl::sparse_bf16)
       .value("sparse_fp8", NsaImpl::sparse_fp8)
       .value("gather", NsaImpl::gather);
-  m.def("parse_nsa_impl", [](const std::string& s) { return parse_nsa_impl(s); }, arg("name"),
-        "An NSA kernel path from our name or the seeds' (flashmla_sparse, flashmla_kv, fa3, auto).");
+  m.def(
+      "parse_nsa_impl", [](const std::string& s) { return parse_nsa_impl(s); }, arg("name"),
+      "An NSA kernel path from our name or the seeds' (flashmla_sparse, flashmla_kv, fa3, auto).");
 
   nb::class_<DenseBackendConfig> dense_cfg(m, "DenseBackendConfig", "Configuration of a DenseBackend.");
   bind_config_common(dense_cfg);

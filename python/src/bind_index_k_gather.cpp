@@ -8,10 +8,12 @@ namespace attnserve::py {
 void bind_index_k_gather(nb::module_& m) {
   m.def(
       "gather_index_k",
-      [](RoArray index_k_cache, RoArray slots, Array out_k, Array out_scale,
-         int page_size, uintptr_t stream) {
-        gather_index_k({.index_k_cache = to_view(index_k_cache), .slots = to_view(slots), .out_k = to_view(out_k),
-                        .out_scale = to_view(out_scale), .page_size = page_size},
+      [](RoArray index_k_cache, RoArray slots, Array out_k, Array out_scale, int page_size, uintptr_t stream) {
+        gather_index_k({.index_k_cache = to_view(index_k_cache),
+                        .slots = to_view(slots),
+                        .out_k = to_view(out_k),
+                        .out_scale = to_view(out_scale),
+                        .page_size = page_size},
                        to_stream(stream));
       },
       nb::arg("index_k_cache"), nb::arg("slots"), nb::arg("out_k"), nb::arg("out_scale"), nb::kw_only(),

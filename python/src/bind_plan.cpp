@@ -20,9 +20,13 @@ using IntList = std::optional<std::vector<int32_t>>;
 struct BatchArgs {
   std::vector<int32_t> seq_lens, req_pool_indices, extend_seq_lens, extend_prefix_lens, draft_slots;
   BatchSpec spec(ForwardMode mode, const RoArray& req_to_token) const {
-    return BatchSpec{.mode = mode, .seq_lens = seq_lens, .req_pool_indices = req_pool_indices,
-                     .extend_seq_lens = extend_seq_lens, .extend_prefix_lens = extend_prefix_lens,
-                     .draft_slots = draft_slots, .req_to_token = to_view(req_to_token)};
+    return BatchSpec{.mode = mode,
+                     .seq_lens = seq_lens,
+                     .req_pool_indices = req_pool_indices,
+                     .extend_seq_lens = extend_seq_lens,
+                     .extend_prefix_lens = extend_prefix_lens,
+                     .draft_slots = draft_slots,
+                     .req_to_token = to_view(req_to_token)};
   }
 };
 
@@ -54,8 +58,8 @@ void bind_planner_methods(nb::class_<Planner>& c) {
             return copy ? copied_metadata(md, to_stream(stream)) : metadata_dict(md, self);
           },
           arg("mode"), arg("seq_lens"), arg("req_pool_indices"), arg("req_to_token"), nb::kw_only(),
-          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
-          arg("draft_slots") = nb::none(), arg("stream") = 0, arg("copy") = false,
+          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(), arg("draft_slots") = nb::none(),
+          arg("stream") = 0, arg("copy") = false,
           "Eager metadata for one batch: a dict of arrays and ints with the seeds' field names.\n\n"
           "seq_lens [bs], req_pool_indices [bs] (and extend_seq_lens / extend_prefix_lens [bs] for extend,\n"
           "draft_slots for draft modes) are host int sequences; req_to_token is the [rows, max_context] i32\n"
@@ -81,9 +85,8 @@ void bind_planner_methods(nb::class_<Planner>& c) {
             return metadata_dict(p.replay(bs, mode, b.spec(mode, req_to_token), to_stream(stream)), self);
           },
           arg("bs"), arg("mode"), arg("seq_lens"), arg("req_pool_indices"), arg("req_to_token"), nb::kw_only(),
-          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(),
-          arg("draft_slots") = nb::none(), arg("stream") = 0,
-          "Rewrite the captured buffers in place for a new batch (no allocation, same addresses).")
+          arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(), arg("draft_slots") = nb::none(),
+          arg("stream") = 0, "Rewrite the captured buffers in place for a new batch (no allocation, same addresses).")
       .def_prop_ro("device_bytes", &Planner::device_bytes);
 }
 
@@ -99,40 +102,43 @@ void bind_plan(nb::module_& m) {
       .value("draft_extend", ForwardMode::draft_extend);
 
   nb::class_<DensePlanner> dense(m, "DensePlanner", "FlashAttention-backend metadata for every forward mode.");
-  dense.def("__init__",
-            [](DensePlanner* self, int page_size, int attention_chunk_size, int sliding_window_size,
-               int draft_token_num, int num_steps, int step_id, const std::string& device) {
-              new (self) DensePlanner(
-                  DensePlanConfig{page_size, attention_chunk_size, sliding_window_size,
-                                  SpeculativeConfig{draft_token_num, num_steps, step_id}},
-                  parse_device(device));
-            },
-            nb::kw_only(), arg("page_size") = 1, arg("attention_chunk_size") = 0, arg("sliding_window_size") = -1,
-            arg("draft_token_num") = 0, arg("num_steps") = 0, arg("step_id") = 0, arg("device") = "cpu");
+  dense.def(
+      "__init__",
+      [](DensePlanner* self, int page_size, int attention_chunk_size, int sliding_window_size, int draft_token_num,
+         int num_steps, int step_id, const std::string& device) {
+        new (self) DensePlanner(DensePlanConfig{page_size, attention_chunk_size, sliding_window_size,
+                                                SpeculativeConfig{draft_token_num, num_steps, step_id}},
+                                parse_device(device));
+      },
+      nb::kw_only(), arg("page_size") = 1, arg("attention_chunk_size") = 0, arg("sliding_window_size") = -1,
+      arg("draft_token_num") = 0, arg("num_steps") = 0, arg("step_id") = 0, arg("device") = "cpu");
   bind_planner_methods(dense);
 
   nb::class_<SparsePlanner> sparse(m, "SparsePlanner", "DeepSeek sparse-attention (NSA) metadata.");
-  sparse.def("__init__",
-             [](SparsePlanner* self, int page_size, int topk, int draft_token_num, int num_steps, int step_id,
-                const std::string& device) {
-               new (self) SparsePlanner(
-                   SparsePlanConfig{page_size, topk, SpeculativeConfig{draft_token_num, num_steps, step_id}},
-                   parse_device(device));
-             },
-             nb::kw_only(), arg("page_size") = 64, arg("topk") = 2048, arg("draft_token_num") = 0,
-             arg("num_steps") = 0, arg("step_id") = 0, arg("device") = "cpu");
+  sparse.def(
+      "__init__",
+      [](SparsePlanner* self, int page_size, int topk, int draft_token_num, int num_steps, int step_id,
+         const std::string& device) {
+        new (self)
+            SparsePlanner(SparsePlanConfig{page_size, topk, SpeculativeConfig{draft_token_num, num_steps, step_id}},
+                          parse_device(device));
+      },
+      nb::kw_only(), arg("page_size") = 64, arg("topk") = 2048, arg("draft_token_num") = 0, arg("num_steps") = 0,
+      arg("step_id") = 0, arg("device") = "cpu");
   bind_planner_methods(sparse);
 
   m.def(
       "transform_index_page_table",
-      [](RoArray page_table_1, RoArray topk_indices, Array out, OptRoArray cu_seqlens_q,
-         uintptr_t stream) {
-        transform_index_page_table({.page_table_1 = to_view(page_table_1), .topk_indices = to_view(topk_indices),
-                                    .out = to_view(out), .cu_seqlens_q = to_view(cu_seqlens_q)},
+      [](RoArray page_table_1, RoArray topk_indices, Array out, OptRoArray cu_seqlens_q, uintptr_t stream) {
+        transform_index_page_table({.page_table_1 = to_view(page_table_1),
+                                    .topk_indices = to_view(topk_indices),
+                                    .out = to_view(out),
+                                    .cu_seqlens_q = to_view(cu_seqlens_q)},
                                    to_stream(stream));
       },
       arg("page_table_1"), arg("topk_indices"), arg("out"), arg("cu_seqlens_q") = nb::none(), nb::kw_only(),
-      arg("stream") = 0, "Top-k positions -> token slots through page_table_1 (-1 kept).\n\n"
+      arg("stream") = 0,
+      "Top-k positions -> token slots through page_table_1 (-1 kept).\n\n"
       "page_table_1 [b, W] i32; topk_indices [rows, topk] i32; out [rows, topk] i32 (written);\n"
       "cu_seqlens_q [b + 1] i32 (rows of each request; without it row i uses page_table_1 row i).");
 }

@@ -28,7 +28,8 @@ TensorView view_of(const ArrayFields& f, DType t) {
   v.dtype = t;
   const int dev = f.device_type;
   if (dev == nb::device::cpu::value || dev == nb::device::cuda_host::value) v.device = Device::cpu();
-  else if (dev == nb::device::cuda::value || dev == nb::device::cuda_managed::value) v.device = Device::cuda(f.device_id);
+  else if (dev == nb::device::cuda::value || dev == nb::device::cuda_managed::value)
+    v.device = Device::cuda(f.device_id);
   else ATTNSERVE_FAIL("attnserve: unsupported array device type ", dev);
   ATTNSERVE_CHECK(f.ndim <= size_t(kMaxDims), "attnserve: arrays of at most ", kMaxDims, " dims");
   v.ndim = int(f.ndim);
@@ -45,8 +46,8 @@ TensorView view_of(const ArrayFields& f, DType t) {
 TensorView to_view(const ArrayFields& f) { return view_of(f, dtype_of(f.dtype)); }
 
 TensorView to_view_retyped(const ArrayFields& f, DType t) {
-  ATTNSERVE_CHECK(f.dtype.lanes == 1 && f.dtype.bits == dtype_size(t) * 8, "attnserve: cannot view ",
-                  int(f.dtype.bits), "-bit elements as ", dtype_name(t));
+  ATTNSERVE_CHECK(f.dtype.lanes == 1 && f.dtype.bits == dtype_size(t) * 8, "attnserve: cannot view ", int(f.dtype.bits),
+                  "-bit elements as ", dtype_name(t));
   return view_of(f, t);
 }
 

@@ -13,8 +13,8 @@
 namespace attnserve::py {
 
 namespace nb = nanobind;
-using Array = nb::ndarray<>;             // an output: nanobind refuses read-only arrays
-using RoArray = nb::ndarray<nb::ro>;     // an input: read-only arrays welcome
+using Array = nb::ndarray<>;          // an output: nanobind refuses read-only arrays
+using RoArray = nb::ndarray<nb::ro>;  // an input: read-only arrays welcome
 using OptArray = std::optional<Array>;
 using OptRoArray = std::optional<RoArray>;
 
@@ -29,8 +29,9 @@ struct ArrayFields {
 };
 template <class... Ts>
 ArrayFields fields_of(const nb::ndarray<Ts...>& a) {
-  return {a.dtype(), a.device_type(), a.device_id(), a.ndim(), const_cast<void*>(static_cast<const void*>(a.data())),
-          a.shape_ptr(), a.stride_ptr()};
+  return {
+      a.dtype(),     a.device_type(), a.device_id(), a.ndim(), const_cast<void*>(static_cast<const void*>(a.data())),
+      a.shape_ptr(), a.stride_ptr()};
 }
 
 TensorView to_view(const ArrayFields& f);
@@ -38,9 +39,13 @@ TensorView to_view(const ArrayFields& f);
 TensorView to_view_retyped(const ArrayFields& f, DType t);
 
 template <class... Ts>
-TensorView to_view(const nb::ndarray<Ts...>& a) { return to_view(fields_of(a)); }
+TensorView to_view(const nb::ndarray<Ts...>& a) {
+  return to_view(fields_of(a));
+}
 template <class... Ts>
-TensorView to_view(const std::optional<nb::ndarray<Ts...>>& a) { return a ? to_view(*a) : TensorView{}; }
+TensorView to_view(const std::optional<nb::ndarray<Ts...>>& a) {
+  return a ? to_view(*a) : TensorView{};
+}
 
 inline Stream to_stream(uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }
 

@@ -36,7 +36,10 @@ struct CopyAll {
   std::vector<std::pair<const void*, TensorView>> done;
   void operator()(TensorView& v) {
     for (auto& [src, dst] : done)
-      if (src == v.data && !v.empty_view() && dst.ndim == v.ndim && dst.shape == v.shape) { v = dst; return; }
+      if (src == v.data && !v.empty_view() && dst.ndim == v.ndim && dst.shape == v.shape) {
+        v = dst;
+        return;
+      }
     const void* src = v.data;
     v = c.copy_of(v, stream);
     done.emplace_back(src, v);

@@ -13,10 +13,14 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
   dt.lanes = 1;
   dt.bits = uint8_t(dtype_size(t) * 8);
   switch (t) {
-    case DType::f32: case DType::f16: case DType::f64: dt.code = uint8_t(nb::dlpack::dtype_code::Float); break;
+    case DType::f32:
+    case DType::f16:
+    case DType::f64: dt.code = uint8_t(nb::dlpack::dtype_code::Float); break;
     case DType::bf16: dt.code = uint8_t(nb::dlpack::dtype_code::Bfloat); break;
-    case DType::i32: case DType::i64: dt.code = uint8_t(nb::dlpack::dtype_code::Int); break;
-    case DType::u8: case DType::fp8_e4m3: dt.code = uint8_t(nb::dlpack::dtype_code::UInt); break;
+    case DType::i32:
+    case DType::i64: dt.code = uint8_t(nb::dlpack::dtype_code::Int); break;
+    case DType::u8:
+    case DType::fp8_e4m3: dt.code = uint8_t(nb::dlpack::dtype_code::UInt); break;
   }
   return dt;
 }
@@ -75,28 +79,33 @@ void bind_array_view(nb::module_& m) {
                         "A view of GPU memory that attnserve owns (a pool layer, planner metadata) or of re-typed\n"
                         "caller memory. It holds no data of its own and keeps the owner alive. Pass it to\n"
                         "torch.from_dlpack, cupy.from_dlpack or jax.dlpack.from_dlpack, as often as needed.")
-      .def("__dlpack__", [](nb::handle self, nb::kwargs) { return dlpack_capsule(self); },
-           "A fresh DLPack capsule of the view (keyword arguments of the DLPack protocol are accepted and ignored).")
+      .def(
+          "__dlpack__", [](nb::handle self, nb::kwargs) { return dlpack_capsule(self); },
+          "A fresh DLPack capsule of the view (keyword arguments of the DLPack protocol are accepted and ignored).")
       .def("__dlpack_device__",
            [](const ArrayView& a) {
              return nb::make_tuple(a.view.device.is_cpu() ? int(nb::device::cpu::value) : int(nb::device::cuda::value),
                                    a.view.device.is_cpu() ? 0 : a.view.device.index);
            })
       .def_prop_ro("shape", [](const ArrayView& a) { return int_tuple(a.view.shape.data(), a.view.ndim); })
-      .def_prop_ro("strides", [](const ArrayView& a) { return int_tuple(a.view.strides.data(), a.view.ndim); },
-                   "Strides in elements (not bytes).")
+      .def_prop_ro(
+          "strides", [](const ArrayView& a) { return int_tuple(a.view.strides.data(), a.view.ndim); },
+          "Strides in elements (not bytes).")
       .def_prop_ro("ndim", [](const ArrayView& a) { return a.view.ndim; })
-      .def_prop_ro("dtype", [](const ArrayView& a) { return std::string(dtype_name(a.view.dtype)); },
-                   "attnserve dtype name: bf16, f16, f32, fp8_e4m3, i32, ...")
+      .def_prop_ro(
+          "dtype", [](const ArrayView& a) { return std::string(dtype_name(a.view.dtype)); },
+          "attnserve dtype name: bf16, f16, f32, fp8_e4m3, i32, ...")
       .def_prop_ro("device", [](const ArrayView& a) { return to_string(a.view.device); })
       .def_prop_ro("data_ptr", [](const ArrayView& a) { return reinterpret_cast<uintptr_t>(a.view.data); })
       .def("__repr__", &repr);
 
   // Diagnosis of a failed op call (attnserve/_ops.py): which argument nanobind or to_view refused, and why.
-  m.def("_probe_input", [](RoArray a) { return std::string(dtype_name(to_view(a).dtype)); }, nb::arg("array"),
-        "Internal: the attnserve dtype of an input array (TypeError: not an array; attnserve.Error: unsupported).");
-  m.def("_probe_output", [](Array a) { return std::string(dtype_name(to_view(a).dtype)); }, nb::arg("array"),
-        "Internal: as _probe_input, for an output (TypeError also when the array is read-only).");
+  m.def(
+      "_probe_input", [](RoArray a) { return std::string(dtype_name(to_view(a).dtype)); }, nb::arg("array"),
+      "Internal: the attnserve dtype of an input array (TypeError: not an array; attnserve.Error: unsupported).");
+  m.def(
+      "_probe_output", [](Array a) { return std::string(dtype_name(to_view(a).dtype)); }, nb::arg("array"),
+      "Internal: as _probe_input, for an output (TypeError also when the array is read-only).");
 
   m.def(
       "_retyped",
@@ -115,8 +124,7 @@ Device parse_device(const std::string& s) {
 }
 
 DType parse_dtype(const std::string& s) {
-  for (DType t : {DType::bf16, DType::f16, DType::f32, DType::f64, DType::fp8_e4m3, DType::i32, DType::i64,
-                  DType::u8})
+  for (DType t : {DType::bf16, DType::f16, DType::f32, DType::f64, DType::fp8_e4m3, DType::i32, DType::i64, DType::u8})
     if (dtype_name(t) == s) return t;
   ATTNSERVE_FAIL("unknown dtype '", s, "' (expected bf16, f16, f32, fp8_e4m3, ...)");
 }

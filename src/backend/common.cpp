@@ -120,8 +120,8 @@ ScaleTable::ScaleTable(const std::vector<KvLayerBuffers>& layers, Device device,
 void ScaleTable::update(int layer, float k_scale, float v_scale, Stream stream) {
   float* h = host_.data() + 2 * layer;
   if (h[0] == k_scale && h[1] == v_scale) return;
-  ATTNSERVE_CHECK(std::isfinite(k_scale) && k_scale > 0.f && std::isfinite(v_scale) && v_scale > 0.f,
-                  "layer ", layer, ": fp8 scales must be finite and > 0, got k_scale ", k_scale, ", v_scale ", v_scale);
+  ATTNSERVE_CHECK(std::isfinite(k_scale) && k_scale > 0.f && std::isfinite(v_scale) && v_scale > 0.f, "layer ", layer,
+                  ": fp8 scales must be finite and > 0, got k_scale ", k_scale, ", v_scale ", v_scale);
   h[0] = k_scale, h[1] = v_scale;
   copy_async(TensorView::contiguous(static_cast<float*>(buf_.data()) + 2 * layer, DType::f32, {2}, buf_.device()),
              TensorView::contiguous(h, DType::f32, {2}), stream);
@@ -161,8 +161,9 @@ int graph_rows_per_request(ForwardMode mode, const SpeculativeConfig& spec) {
 }
 
 void check_graph_capacity(const char* who, int max_bs, int max_num_tokens, const PlanCapacity& cap) {
-  ATTNSERVE_CHECK(max_bs >= 1 && max_bs <= cap.max_bs, who, ": max_bs ", max_bs, " must be in [1, capacity.max_bs = ",
-                  cap.max_bs, "] (buffers are allocated once, at construction: raise config.capacity)");
+  ATTNSERVE_CHECK(max_bs >= 1 && max_bs <= cap.max_bs, who, ": max_bs ", max_bs,
+                  " must be in [1, capacity.max_bs = ", cap.max_bs,
+                  "] (buffers are allocated once, at construction: raise config.capacity)");
   ATTNSERVE_CHECK(max_num_tokens >= max_bs && max_num_tokens <= cap.max_num_tokens, who, ": max_num_tokens ",
                   max_num_tokens, " must be in [max_bs, capacity.max_num_tokens = ", cap.max_num_tokens, "]");
 }

@@ -86,8 +86,8 @@ DenseBackendConfig checked_dense_config(const DenseBackendConfig& in, const Devi
   constexpr const char* who = "DenseBackend";
   DenseBackendConfig c = in;
   const bool cuda = c.device.is_cuda();
-  ATTNSERVE_CHECK(c.num_q_heads >= 1 && c.num_kv_heads >= 1, who, ": num_q_heads ", c.num_q_heads,
-                  " and num_kv_heads ", c.num_kv_heads, " must be >= 1");
+  ATTNSERVE_CHECK(c.num_q_heads >= 1 && c.num_kv_heads >= 1, who, ": num_q_heads ", c.num_q_heads, " and num_kv_heads ",
+                  c.num_kv_heads, " must be >= 1");
   ATTNSERVE_CHECK(c.num_q_heads % c.num_kv_heads == 0, who, ": num_q_heads ", c.num_q_heads,
                   " is not a multiple of num_kv_heads ", c.num_kv_heads,
                   " (GQA groups must divide evenly; check the per-rank head counts after tensor parallelism)");
@@ -115,8 +115,8 @@ DenseBackendConfig checked_dense_config(const DenseBackendConfig& in, const Devi
     const DenseCall call{.b = 1, .total_q = 1, .width = 1, .max_q = 1};
     const cuda::Support s = c.arch == AttentionArch::mha ? cuda::attn::can_implement(mha_problem(c, call), caps)
                                                          : cuda::mla::can_implement(mla_problem(c, call), caps);
-    ATTNSERVE_CHECK(s.ok(), who, ": ", s.reason, " (the config's head_dim ", c.head_dim, ", v_head_dim ",
-                    c.v_head_dim, "; or run on the CPU)");
+    ATTNSERVE_CHECK(s.ok(), who, ": ", s.reason, " (the config's head_dim ", c.head_dim, ", v_head_dim ", c.v_head_dim,
+                    "; or run on the CPU)");
   }
   ATTNSERVE_CHECK(c.sliding_window_size >= -1, who, ": sliding_window_size ", c.sliding_window_size,
                   " (use -1 for none)");
@@ -197,8 +197,10 @@ NsaImpls checked_sparse_config(const SparseBackendConfig& c, const DeviceCaps& c
 }
 
 DensePlanConfig plan_config(const DenseBackendConfig& c) {
-  return DensePlanConfig{.page_size = c.page_size, .attention_chunk_size = c.attention_chunk_size,
-                         .sliding_window_size = c.sliding_window_size, .spec = c.spec};
+  return DensePlanConfig{.page_size = c.page_size,
+                         .attention_chunk_size = c.attention_chunk_size,
+                         .sliding_window_size = c.sliding_window_size,
+                         .spec = c.spec};
 }
 
 SparsePlanConfig plan_config(const SparseBackendConfig& c) {

@@ -13,7 +13,6 @@ namespace attnserve {
 
 using namespace backend_detail;
 
-
 struct DenseBackend::Impl {
   DenseBackendConfig cfg;
   std::shared_ptr<SharedWorkspace> ws;
@@ -23,7 +22,7 @@ struct DenseBackend::Impl {
   BatchPlans* plans = nullptr;  // the op plans of `meta`'s batch: eager_plans or a captured graph's
   BatchPlans eager_plans;
   std::map<std::pair<int, ForwardMode>, BatchPlans> graph_plans;  // (bs, mode) -> made at capture
-  int graph_max_bs = 0;  // 0 until init_cuda_graph_state
+  int graph_max_bs = 0;                                           // 0 until init_cuda_graph_state
 
   Impl(const DenseBackendConfig& c, std::shared_ptr<SharedWorkspace> w, Stream stream)
       : cfg(checked_dense_config(c, w->caps())),
@@ -62,11 +61,17 @@ void DenseBackend::Impl::store(const char* who, const ForwardArgs& a, const Laye
     const TensorView v = as_heads(a.v, cfg.num_kv_heads, cfg.v_head_dim, who, "v");
     ATTNSERVE_CHECK(k.shape[0] == rows, who, ": argument 'k' has ", k.shape[0], " rows, the batch has ", rows,
                     " query rows");
-    set_kv_buffer({.k = k, .v = v, .k_cache = kv.k, .v_cache = kv.v, .loc = a.out_cache_loc, .k_scale = k_scale,
+    set_kv_buffer({.k = k,
+                   .v = v,
+                   .k_cache = kv.k,
+                   .v_cache = kv.v,
+                   .loc = a.out_cache_loc,
+                   .k_scale = k_scale,
                    .v_scale = v_scale},
                   stream);
   } else {
-    ATTNSERVE_CHECK(!a.k_rope.empty_view(), who, ": argument 'k_rope' is required with 'k' (MLA stores [kv_c | k_rope])");
+    ATTNSERVE_CHECK(!a.k_rope.empty_view(), who,
+                    ": argument 'k_rope' is required with 'k' (MLA stores [kv_c | k_rope])");
     const TensorView kv_c = as_rows(a.k, cfg.v_head_dim, who, "k");
     const TensorView k_rope = as_rows(a.k_rope, cfg.head_dim - cfg.v_head_dim, who, "k_rope");
     ATTNSERVE_CHECK(kv_c.shape[0] == rows, who, ": argument 'k' has ", kv_c.shape[0], " rows, the batch has ", rows,
@@ -122,10 +127,19 @@ TensorView DenseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer,
 
   if (!mla) {
     const int64_t b = page_table.size(0);
-    PagedAttentionArgs args{.q = q, .k_cache = as_pages(kv.k, P), .v_cache = as_pages(kv.v, P),
-                            .page_table = page_table, .cache_seqlens = cache_seqlens, .cu_seqlens_q = cu_seqlens_q,
-                            .out = out, .max_seqlen_q = max_seqlen_q, .softmax_scale = L.scale, .causal = true,
-                            .window_left = L.window_left, .window_right = L.window_right, .softcap = L.softcap,
+    PagedAttentionArgs args{.q = q,
+                            .k_cache = as_pages(kv.k, P),
+                            .v_cache = as_pages(kv.v, P),
+                            .page_table = page_table,
+                            .cache_seqlens = cache_seqlens,
+                            .cu_seqlens_q = cu_seqlens_q,
+                            .out = out,
+                            .max_seqlen_q = max_seqlen_q,
+                            .softmax_scale = L.scale,
+                            .causal = true,
+                            .window_left = L.window_left,
+                            .window_right = L.window_right,
+                            .softcap = L.softcap,
                             .deterministic = cfg.deterministic};
     if (fp8) {
       args.k_descale = scales.k_descale(layer.layer_id, b, cfg.num_kv_heads);
@@ -134,11 +148,19 @@ TensorView DenseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer,
     if (cfg.device.is_cpu()) paged_attention(args, ws->view(), stream);
     else paged_attention(args, plans->get(cuda::attn::problem_of(args), ws->caps()), ws->view(), stream);
   } else {
-    const MlaAttentionArgs args{.q_nope = q_nope, .q_rope = q_rope, .kv_cache = unsqueeze(as_pages(kv.k, P), 2),
-                                .page_table = page_table, .cache_seqlens = cache_seqlens,
-                                .cu_seqlens_q = cu_seqlens_q, .out = out, .max_seqlen_q = max_seqlen_q,
-                                .softmax_scale = L.scale, .causal = true, .window_left = L.window_left,
-                                .window_right = L.window_right, .softcap = L.softcap,
+    const MlaAttentionArgs args{.q_nope = q_nope,
+                                .q_rope = q_rope,
+                                .kv_cache = unsqueeze(as_pages(kv.k, P), 2),
+                                .page_table = page_table,
+                                .cache_seqlens = cache_seqlens,
+                                .cu_seqlens_q = cu_seqlens_q,
+                                .out = out,
+                                .max_seqlen_q = max_seqlen_q,
+                                .softmax_scale = L.scale,
+                                .causal = true,
+                                .window_left = L.window_left,
+                                .window_right = L.window_right,
+                                .softcap = L.softcap,
                                 .deterministic = cfg.deterministic};
     if (cfg.device.is_cpu()) mla_attention(args, ws->view(), stream);
     else mla_attention(args, plans->get(cuda::mla::problem_of(args), ws->caps()), ws->view(), stream);

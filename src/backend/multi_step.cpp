@@ -47,8 +47,9 @@ void MultiStepBackend<Backend>::init_forward_metadata_capture_cuda_graph(int bs,
 
 template <class Backend>
 void MultiStepBackend<Backend>::init_forward_metadata_replay_cuda_graph(int bs, const BatchSpec& batch, Stream stream) {
-  ATTNSERVE_CHECK(batch.mode == ForwardMode::draft_decode, "MultiStepBackend::init_forward_metadata_replay_cuda_graph: ",
-                  "mode ", to_string(batch.mode), ", expected draft_decode");
+  ATTNSERVE_CHECK(batch.mode == ForwardMode::draft_decode,
+                  "MultiStepBackend::init_forward_metadata_replay_cuda_graph: ", "mode ", to_string(batch.mode),
+                  ", expected draft_decode");
   for (const Backend& b : backends_) b.validate_replay(bs, batch);  // all or nothing
   for (Backend& b : backends_) b.init_forward_metadata_replay_cuda_graph(bs, batch, stream);
 }

@@ -63,19 +63,38 @@ const cuda::sparse_mla_op::Plan& BatchPlans::get(const cuda::sparse_mla_op::Prob
 // The shapes DenseBackend's forward passes (dense_backend.cpp: as_pages of the layer's buffers).
 cuda::attn::Problem mha_problem(const DenseBackendConfig& c, const DenseCall& call) {
   const DType act = activation_dtype(c.kv_dtype);
-  return cuda::attn::Problem{.b = call.b, .total_q = call.total_q, .h_q = c.num_q_heads, .h_kv = c.num_kv_heads,
-                             .d = c.head_dim, .d_v = c.v_head_dim, .num_pages = pool_slots(c.kv_buffers) / c.page_size,
-                             .page_size = c.page_size, .max_pages = call.width, .max_seqlen_q = call.max_q,
-                             .dtype = act, .out_dtype = act, .kv_dtype = c.kv_dtype,
-                             .descale = c.kv_dtype == DType::fp8_e4m3, .deterministic = c.deterministic};
+  return cuda::attn::Problem{.b = call.b,
+                             .total_q = call.total_q,
+                             .h_q = c.num_q_heads,
+                             .h_kv = c.num_kv_heads,
+                             .d = c.head_dim,
+                             .d_v = c.v_head_dim,
+                             .num_pages = pool_slots(c.kv_buffers) / c.page_size,
+                             .page_size = c.page_size,
+                             .max_pages = call.width,
+                             .max_seqlen_q = call.max_q,
+                             .dtype = act,
+                             .out_dtype = act,
+                             .kv_dtype = c.kv_dtype,
+                             .descale = c.kv_dtype == DType::fp8_e4m3,
+                             .deterministic = c.deterministic};
 }
 
 cuda::mla::Problem mla_problem(const DenseBackendConfig& c, const DenseCall& call) {
-  return cuda::mla::Problem{.b = call.b, .total_q = call.total_q, .h_q = c.num_q_heads, .d_v = c.v_head_dim,
-                            .d_rope = c.head_dim - c.v_head_dim, .d_kv = c.head_dim,
-                            .num_pages = pool_slots(c.kv_buffers) / c.page_size, .page_size = c.page_size,
-                            .max_pages = call.width, .max_seqlen_q = call.max_q, .dtype = c.kv_dtype,
-                            .kv_dtype = c.kv_dtype, .out_dtype = c.kv_dtype, .deterministic = c.deterministic};
+  return cuda::mla::Problem{.b = call.b,
+                            .total_q = call.total_q,
+                            .h_q = c.num_q_heads,
+                            .d_v = c.v_head_dim,
+                            .d_rope = c.head_dim - c.v_head_dim,
+                            .d_kv = c.head_dim,
+                            .num_pages = pool_slots(c.kv_buffers) / c.page_size,
+                            .page_size = c.page_size,
+                            .max_pages = call.width,
+                            .max_seqlen_q = call.max_q,
+                            .dtype = c.kv_dtype,
+                            .kv_dtype = c.kv_dtype,
+                            .out_dtype = c.kv_dtype,
+                            .deterministic = c.deterministic};
 }
 
 namespace {
@@ -91,7 +110,8 @@ BatchPlans plan_dense_batch(const DenseBackendConfig& c, const DeviceCaps& caps,
   add_dense_call(c, caps, {m.page_table.size(0), m.num_q_rows, m.page_table.size(1), m.max_seq_len_q}, plans);
   if (m.has_local_attn) {
     const LocalAttentionMetadata& l = m.local_attn_metadata;
-    add_dense_call(c, caps, {l.local_block_table.size(0), m.num_q_rows, l.local_block_table.size(1), l.local_max_query_len},
+    add_dense_call(c, caps,
+                   {l.local_block_table.size(0), m.num_q_rows, l.local_block_table.size(1), l.local_max_query_len},
                    plans);
   }
   return plans;
@@ -125,19 +145,30 @@ std::size_t dense_workspace_for_capacity(const DenseBackendConfig& c, const Devi
 
 // The shapes SparseBackend's forward passes (sparse_backend.cpp).
 cuda::mla::Problem sparse_gather_problem(const SparseBackendConfig& c, int64_t rows) {
-  return cuda::mla::Problem{.b = rows, .total_q = rows, .h_q = c.num_q_heads, .d_v = c.kv_lora_rank,
-                            .d_rope = c.qk_rope_head_dim, .d_kv = c.kv_lora_rank + c.qk_rope_head_dim,
-                            .num_pages = pool_slots(c.kv_buffers), .page_size = 1, .max_pages = c.index_topk,
-                            .max_seqlen_q = 1, .dtype = DType::bf16, .kv_dtype = DType::bf16,
-                            .out_dtype = DType::bf16, .deterministic = c.deterministic};
+  return cuda::mla::Problem{.b = rows,
+                            .total_q = rows,
+                            .h_q = c.num_q_heads,
+                            .d_v = c.kv_lora_rank,
+                            .d_rope = c.qk_rope_head_dim,
+                            .d_kv = c.kv_lora_rank + c.qk_rope_head_dim,
+                            .num_pages = pool_slots(c.kv_buffers),
+                            .page_size = 1,
+                            .max_pages = c.index_topk,
+                            .max_seqlen_q = 1,
+                            .dtype = DType::bf16,
+                            .kv_dtype = DType::bf16,
+                            .out_dtype = DType::bf16,
+                            .deterministic = c.deterministic};
 }
 
 cuda::sparse_mla_op::Problem sparse_mla_problem(const SparseBackendConfig& c, NsaImpl impl, int64_t rows) {
-  return cuda::sparse_mla_op::Problem{.rows = rows, .h_q = c.num_q_heads,
-                                        .d_qk = c.kv_lora_rank + c.qk_rope_head_dim, .topk = c.index_topk,
-                                        .dtype = DType::bf16,
-                                        .kv_dtype = impl == NsaImpl::sparse_fp8 ? DType::u8 : DType::bf16,
-                                        .deterministic = c.deterministic};
+  return cuda::sparse_mla_op::Problem{.rows = rows,
+                                      .h_q = c.num_q_heads,
+                                      .d_qk = c.kv_lora_rank + c.qk_rope_head_dim,
+                                      .topk = c.index_topk,
+                                      .dtype = DType::bf16,
+                                      .kv_dtype = impl == NsaImpl::sparse_fp8 ? DType::u8 : DType::bf16,
+                                      .deterministic = c.deterministic};
 }
 
 namespace {

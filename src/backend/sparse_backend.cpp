@@ -73,7 +73,8 @@ struct SparseBackend::Impl {
     return s;
   }
   const SparseMetadata& metadata(const char* who) const {
-    ATTNSERVE_CHECK(meta, who, ": no forward metadata: call init_forward_metadata (or the graph capture / replay) first");
+    ATTNSERVE_CHECK(meta, who,
+                    ": no forward metadata: call init_forward_metadata (or the graph capture / replay) first");
     return *meta;
   }
   TensorView indices(const Buffer& b, int64_t rows) const {
@@ -154,13 +155,14 @@ TensorView SparseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer
   if (a.save_kv_cache && !a.k.empty_view()) {
     ATTNSERVE_CHECK(!a.out_cache_loc.empty_view(), who, ": argument 'out_cache_loc' is required to store 'k' (the ",
                     "slots of the new tokens); pass save_kv_cache = false to skip the store");
-    ATTNSERVE_CHECK(!a.k_rope.empty_view(), who, ": argument 'k_rope' is required with 'k' (MLA stores [kv_c | k_rope])");
+    ATTNSERVE_CHECK(!a.k_rope.empty_view(), who,
+                    ": argument 'k_rope' is required with 'k' (MLA stores [kv_c | k_rope])");
     const TensorView kv_c = as_rows(a.k, kLatent, who, "k");
     ATTNSERVE_CHECK(kv_c.shape[0] == rows, who, ": argument 'k' has ", kv_c.shape[0], " rows, the batch has ", rows,
                     " query rows");
-    set_mla_kv_buffer({.kv_c = kv_c, .k_rope = as_rows(a.k_rope, kRope, who, "k_rope"), .cache = kv.k,
-                       .loc = a.out_cache_loc},
-                      stream);
+    set_mla_kv_buffer(
+        {.kv_c = kv_c, .k_rope = as_rows(a.k_rope, kRope, who, "k_rope"), .cache = kv.k, .loc = a.out_cache_loc},
+        stream);
   }
   if (rows == 0) return out;
 
@@ -171,7 +173,9 @@ TensorView SparseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer
   TensorView slots = a.topk_indices;
   if (!cfg.fuse_topk) {
     slots = indices(scratch_buf, rows);
-    transform_index_page_table({.page_table_1 = m.page_table_1, .topk_indices = a.topk_indices, .out = slots,
+    transform_index_page_table({.page_table_1 = m.page_table_1,
+                                .topk_indices = a.topk_indices,
+                                .out = slots,
                                 .cu_seqlens_q = one_table_row_per_query_row(m.mode) ? TensorView{} : m.cu_seqlens_q},
                                stream);
   }
@@ -179,16 +183,27 @@ TensorView SparseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer
   if (impl == NsaImpl::gather) {
     // Each row is its own request of one query over nsa_cache_seqlens keys; page size 1, so the
     // page table is the slot list itself (valid slots first).
-    const MlaAttentionArgs args{.q_nope = q_nope, .q_rope = q_rope, .kv_cache = unsqueeze(as_pages(kv.k, 1), 2),
-                                .page_table = slots, .cache_seqlens = m.nsa_cache_seqlens_int32,
-                                .cu_seqlens_q = m.nsa_cu_seqlens_q, .out = out, .max_seqlen_q = 1,
-                                .softmax_scale = L.scale, .causal = true, .softcap = L.softcap,
+    const MlaAttentionArgs args{.q_nope = q_nope,
+                                .q_rope = q_rope,
+                                .kv_cache = unsqueeze(as_pages(kv.k, 1), 2),
+                                .page_table = slots,
+                                .cache_seqlens = m.nsa_cache_seqlens_int32,
+                                .cu_seqlens_q = m.nsa_cu_seqlens_q,
+                                .out = out,
+                                .max_seqlen_q = 1,
+                                .softmax_scale = L.scale,
+                                .causal = true,
+                                .softcap = L.softcap,
                                 .deterministic = cfg.deterministic};
     if (cfg.device.is_cpu()) mla_attention(args, ws->view(), stream);
     else mla_attention(args, plans->get(cuda::mla::problem_of(args), ws->caps()), ws->view(), stream);
   } else {
-    const SparseMlaArgs args{.q = packed, .kv = kv.k, .indices = slots, .out = out,
-                             .topk_length = m.nsa_cache_seqlens_int32, .softmax_scale = L.scale,
+    const SparseMlaArgs args{.q = packed,
+                             .kv = kv.k,
+                             .indices = slots,
+                             .out = out,
+                             .topk_length = m.nsa_cache_seqlens_int32,
+                             .softmax_scale = L.scale,
                              .deterministic = cfg.deterministic};
     if (cfg.device.is_cpu()) sparse_mla(args, ws->view(), stream);
     else sparse_mla(args, plans->get(cuda::sparse_mla_op::problem_of(args), ws->caps()), ws->view(), stream);

@@ -37,7 +37,8 @@ DLDataType dtype_to_dl(DType t) {
     case DType::bf16: return {kDLBfloat, 16, 1};
     case DType::i32: return {kDLInt, 32, 1};
     case DType::i64: return {kDLInt, 64, 1};
-    case DType::u8: case DType::fp8_e4m3: return {kDLUInt, 8, 1};
+    case DType::u8:
+    case DType::fp8_e4m3: return {kDLUInt, 8, 1};
   }
   return {kDLUInt, 8, 1};
 }
@@ -49,8 +50,10 @@ TensorView from_dlpack(const DLTensor& t) {
   TensorView v;
   v.dtype = dtype_from_dl(t.dtype);
   switch (t.device.device_type) {
-    case kDLCPU: case kDLCUDAHost: v.device = Device::cpu(); break;
-    case kDLCUDA: case kDLCUDAManaged: v.device = Device::cuda(t.device.device_id); break;
+    case kDLCPU:
+    case kDLCUDAHost: v.device = Device::cpu(); break;
+    case kDLCUDA:
+    case kDLCUDAManaged: v.device = Device::cuda(t.device.device_id); break;
     default: ATTNSERVE_FAIL("from_dlpack: unsupported device type ", int(t.device.device_type));
   }
   v.ndim = t.ndim;
@@ -64,9 +67,7 @@ TensorView from_dlpack(const DLTensor& t) {
   return v;
 }
 
-TensorView from_dlpack(const DLTensor& t, DType reinterpret_as) {
-  return from_dlpack(t).with_dtype(reinterpret_as);
-}
+TensorView from_dlpack(const DLTensor& t, DType reinterpret_as) { return from_dlpack(t).with_dtype(reinterpret_as); }
 
 void to_dlpack(const TensorView& view, DLTensor& out) {
   out.data = view.data;

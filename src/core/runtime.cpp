@@ -58,7 +58,10 @@ Buffer::~Buffer() {
     std::free(data_);
   } else {
 #ifdef ATTNSERVE_WITH_CUDA
-    try { cuda_rt::device_free(data_, device_.index); } catch (...) {}
+    try {
+      cuda_rt::device_free(data_, device_.index);
+    } catch (...) {
+    }
 #endif
   }
 }

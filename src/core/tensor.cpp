@@ -4,9 +4,7 @@
 
 namespace attnserve {
 
-std::string to_string(Device d) {
-  return d.is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(d.index);
-}
+std::string to_string(Device d) { return d.is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(d.index); }
 
 TensorView TensorView::contiguous(void* data, DType dtype, const int64_t* shape, int ndim, Device device) {
   ATTNSERVE_CHECK(ndim >= 0 && ndim <= kMaxDims, "TensorView: ndim ", ndim, " out of range [0, ", kMaxDims, "]");
@@ -111,14 +109,15 @@ static std::string dims_string(std::initializer_list<int64_t> dims) {
   int i = 0;
   for (int64_t d : dims) {
     os << (i++ ? ", " : "");
-    if (d < 0) os << "*"; else os << d;
+    if (d < 0) os << "*";
+    else os << d;
   }
   os << "]";
   return os.str();
 }
 
-void check_tensor(std::string_view op, std::string_view arg, const TensorView& t,
-                  std::initializer_list<DType> dtypes, std::initializer_list<int64_t> dims) {
+void check_tensor(std::string_view op, std::string_view arg, const TensorView& t, std::initializer_list<DType> dtypes,
+                  std::initializer_list<int64_t> dims) {
   ATTNSERVE_CHECK(!t.empty_view(), op, ": argument '", arg, "' is required (expected shape ", dims_string(dims), ")");
   bool ok_dtype = dtypes.size() == 0;
   for (DType d : dtypes) ok_dtype |= (d == t.dtype);
@@ -151,9 +150,12 @@ void check_same_device(std::string_view op, std::initializer_list<const TensorVi
   const TensorView* first = nullptr;
   for (const TensorView* t : ts) {
     if (t->empty_view()) continue;
-    if (!first) { first = t; continue; }
-    ATTNSERVE_CHECK(t->device == first->device, op, ": tensors are on different devices (",
-                    to_string(first->device), " and ", to_string(t->device), ")");
+    if (!first) {
+      first = t;
+      continue;
+    }
+    ATTNSERVE_CHECK(t->device == first->device, op, ": tensors are on different devices (", to_string(first->device),
+                    " and ", to_string(t->device), ")");
   }
 }
 
@@ -164,8 +166,9 @@ void check_last_dim_contiguous(std::string_view op, std::string_view arg, const 
 
 void check_output(std::string_view op, std::string_view arg, const TensorView& t) {
   for (int d = 0; d < t.ndim; ++d)
-    ATTNSERVE_CHECK(t.shape[d] <= 1 || t.strides[d] != 0, op, ": output '", arg, "' has stride 0 in dim ", d,
-                    " (size ", t.shape[d], "): its elements would overwrite each other; pass a writable array "
+    ATTNSERVE_CHECK(t.shape[d] <= 1 || t.strides[d] != 0, op, ": output '", arg, "' has stride 0 in dim ", d, " (size ",
+                    t.shape[d],
+                    "): its elements would overwrite each other; pass a writable array "
                     "that is not a broadcast view");
 }
 

@@ -65,7 +65,8 @@ void indexer_paged(const IndexerPagedArgs& a) {
   const int64_t blocks = (max_context + kColumnBlock - 1) / kColumnBlock;
   const auto* pool = a.index_k_cache.ptr<uint8_t>();
   parallel_for(rows * blocks, [&](int64_t item) {
-    const int64_t row = item / blocks, c0 = (item % blocks) * kColumnBlock, c1 = std::min(c0 + kColumnBlock, max_context);
+    const int64_t row = item / blocks, c0 = (item % blocks) * kColumnBlock,
+                  c1 = std::min(c0 + kColumnBlock, max_context);
     const int64_t r = row / next_n, t = row % next_n;
     const int64_t seqlen = a.seqlens.ptr<int32_t>()[offset_of(a.seqlens, r)];
     const int64_t visible = std::clamp<int64_t>(seqlen - next_n + t + 1, 0, max_context);  // causal length

@@ -16,8 +16,8 @@ namespace attnserve::cpu {
 namespace {
 
 // Merges the parts of one (token, head): part_v[i] is a view [d] of part i, part_s[i] its lse.
-void merge_one(const std::vector<TensorView>& part_v, std::vector<double> part_s, const TensorView& v_out,
-               void* s_out, DType s_out_dtype, int64_t s_out_offset) {
+void merge_one(const std::vector<TensorView>& part_v, std::vector<double> part_s, const TensorView& v_out, void* s_out,
+               DType s_out_dtype, int64_t s_out_offset) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
   for (double& s : part_s) s = std::isinf(s) ? neg_inf : s;
   const int64_t d = v_out.size(0);

@@ -53,8 +53,7 @@ inline void decode_bf16_token(const bf16_t* src, T* dst) {
 // skipping the others; duplicates are copied as often as they appear. Returns the count written.
 // kv is [num_slots, 576] bf16 or [num_slots, 656] u8, contiguous in its last dim.
 template <typename T>
-inline int64_t gather_row_keys(const TensorView& kv, const int32_t* slots, int64_t slot_stride, int64_t n,
-                               T* dst) {
+inline int64_t gather_row_keys(const TensorView& kv, const int32_t* slots, int64_t slot_stride, int64_t n, T* dst) {
   const int64_t num_slots = kv.size(0);
   const bool fp8 = kv.dtype == DType::u8;
   int64_t count = 0;

@@ -110,7 +110,8 @@ void attend_head_group(const SparseMlaArgs& a, int64_t r, int64_t h0, int64_t g,
   T* acc = s.acc.data();
 
   for (int64_t i = 0; i < g; ++i)
-    for (int64_t d = 0; d < kDimQk; ++d) q[i * kDimQk + d] = load_value<T>(a.q.data, a.q.dtype, offset_of(a.q, r, h0 + i, d));
+    for (int64_t d = 0; d < kDimQk; ++d)
+      q[i * kDimQk + d] = load_value<T>(a.q.data, a.q.dtype, offset_of(a.q, r, h0 + i, d));
 
   // Scores, key-major so each key is loaded once for the whole group. A head's arithmetic depends
   // only on its place in the group, and groups start at multiples of kHeadGroup: bits do not
@@ -155,9 +156,11 @@ void attend_head_group(const SparseMlaArgs& a, int64_t r, int64_t h0, int64_t g,
     const int64_t h = h0 + i;
     T denom = l[i];
     // The sink joins the denominator only; exp may overflow to inf, correctly giving out -> 0.
-    if (!a.attn_sink.empty_view()) denom += std::exp(T(a.attn_sink.ptr<const float>()[h * a.attn_sink.strides[0]]) - m[i]);
+    if (!a.attn_sink.empty_view())
+      denom += std::exp(T(a.attn_sink.ptr<const float>()[h * a.attn_sink.strides[0]]) - m[i]);
     const T inv = T(1) / denom;
-    for (int64_t d = 0; d < kDimV; ++d) store_value<T>(a.out.data, a.out.dtype, offset_of(a.out, r, h, d), acc[i * kDimV + d] * inv);
+    for (int64_t d = 0; d < kDimV; ++d)
+      store_value<T>(a.out.data, a.out.dtype, offset_of(a.out, r, h, d), acc[i * kDimV + d] * inv);
     if (!a.lse.empty_view()) a.lse.ptr<float>()[offset_of(a.lse, r, h)] = float(m[i] + std::log(l[i]));
     if (!a.max_logits.empty_view()) a.max_logits.ptr<float>()[offset_of(a.max_logits, r, h)] = float(m[i]);
   }

@@ -17,7 +17,8 @@ int64_t request_of_row(const TensorView& cu_seqlens_q, int64_t row) {
   int64_t lo = 0, hi = cu_seqlens_q.size(0) - 1;  // answer in [0, b)
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
-    if (load_i32(cu_seqlens_q, mid) <= row) lo = mid; else hi = mid;
+    if (load_i32(cu_seqlens_q, mid) <= row) lo = mid;
+    else hi = mid;
   }
   return lo;
 }

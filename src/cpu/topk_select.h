@@ -36,7 +36,10 @@ struct TopkScratch {
 
 namespace topk_detail {
 
-struct Digit { int shift; uint32_t mask; };
+struct Digit {
+  int shift;
+  uint32_t mask;
+};
 constexpr Digit kDigits[3] = {{21, 0x7ffu}, {10, 0x7ffu}, {0, 0x3ffu}};  // 11 + 11 + 10 key bits
 
 // The digit holding the need-th largest element of the histogram; subtracts the count above it from need.
@@ -112,7 +115,8 @@ inline void topk_select_row(const float* s, int64_t n, int64_t k, TopkScratch& s
       }
       break;
     }
-    if (int64_t(hist[d]) == num_cand) continue;  // all members share this digit (e.g. equal scores): nothing to sort out
+    if (int64_t(hist[d]) == num_cand)
+      continue;  // all members share this digit (e.g. equal scores): nothing to sort out
     // Members above d are in; members at d go on to the next digit.
     int64_t kept = 0;
     for (int64_t c = 0; c < num_cand; ++c) {

@@ -46,8 +46,8 @@ TensorView paged(const char* what, const TensorView& t, int page_size) {
 MhaKvPool::MhaKvPool(int64_t num_layers, int64_t num_slots, int64_t h_kv, int64_t d, int64_t d_v, DType dtype,
                      Device device, float k_scale, float v_scale)
     : num_layers_(num_layers), num_slots_(num_slots), h_kv_(h_kv), d_(d), d_v_(d_v), dtype_(dtype) {
-  ATTNSERVE_CHECK(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::fp8_e4m3,
-                  "MhaKvPool: dtype ", dtype_name(dtype), " is not supported (bf16 | f16 | fp8_e4m3)");
+  ATTNSERVE_CHECK(dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::fp8_e4m3, "MhaKvPool: dtype ",
+                  dtype_name(dtype), " is not supported (bf16 | f16 | fp8_e4m3)");
   check_scale("MhaKvPool: k_scale", k_scale);
   check_scale("MhaKvPool: v_scale", v_scale);
   k_buf_ = Buffer(checked_bytes("MhaKvPool (K)", {num_layers, num_slots, h_kv, d}, dtype_size(dtype)), device);
@@ -124,9 +124,9 @@ TensorView MlaKvPool::cache_paged(int64_t layer, int page_size) const {
 IndexerKeyPool::IndexerKeyPool(int64_t num_layers, int64_t num_pages, int page_size, Device device)
     : num_layers_(num_layers), num_pages_(num_pages), page_size_(page_size) {
   ATTNSERVE_CHECK(page_size >= 1, "IndexerKeyPool: page_size must be >= 1, got ", page_size);
-  buf_ = Buffer(checked_bytes("IndexerKeyPool",
-                              {num_layers, num_pages, int64_t(IndexerKeyLayout::bytes_per_page(page_size))}, 1),
-                device);
+  buf_ = Buffer(
+      checked_bytes("IndexerKeyPool", {num_layers, num_pages, int64_t(IndexerKeyLayout::bytes_per_page(page_size))}, 1),
+      device);
   memset_async(buf_.view(DType::u8, {int64_t(buf_.bytes())}), 0);
 }
 

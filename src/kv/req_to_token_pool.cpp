@@ -8,8 +8,8 @@ namespace attnserve {
 static std::size_t table_bytes(int64_t size, int64_t max_context_len) {
   ATTNSERVE_CHECK(size >= 1, "ReqToTokenPool: size must be >= 1, got ", size);
   ATTNSERVE_CHECK(max_context_len >= 1, "ReqToTokenPool: max_context_len must be >= 1, got ", max_context_len);
-  ATTNSERVE_CHECK(size <= std::numeric_limits<int64_t>::max() / 4 / max_context_len,
-                  "ReqToTokenPool: size ", size, " x max_context_len ", max_context_len, " overflows");
+  ATTNSERVE_CHECK(size <= std::numeric_limits<int64_t>::max() / 4 / max_context_len, "ReqToTokenPool: size ", size,
+                  " x max_context_len ", max_context_len, " overflows");
   return std::size_t(size) * std::size_t(max_context_len) * sizeof(int32_t);
 }
 
@@ -29,9 +29,7 @@ TensorView ReqToTokenPool::row(int64_t req) const {
   return table_.select(0, req);
 }
 
-bool ReqToTokenPool::is_allocated(int64_t req) const {
-  return req >= 0 && req < size_ && allocated_[std::size_t(req)];
-}
+bool ReqToTokenPool::is_allocated(int64_t req) const { return req >= 0 && req < size_ && allocated_[std::size_t(req)]; }
 
 int64_t ReqToTokenPool::alloc() {
   ATTNSERVE_CHECK(!free_.empty(), "ReqToTokenPool::alloc: all ", size_, " request slots are in use");

@@ -34,14 +34,13 @@ bool SlotAllocator::page_allocated(int64_t page) const {
 void SlotAllocator::check_last_loc(const char* op, size_t i, int64_t prefix_len, int64_t last_loc) const {
   ATTNSERVE_CHECK(prefix_len >= 0, op, ": request ", i, " has prefix_len ", prefix_len, " < 0");
   if (prefix_len == 0) {
-    ATTNSERVE_CHECK(last_loc == -1, op, ": request ", i, " has prefix_len 0 but last_loc ", last_loc,
-                    " (expected -1)");
+    ATTNSERVE_CHECK(last_loc == -1, op, ": request ", i, " has prefix_len 0 but last_loc ", last_loc, " (expected -1)");
     return;
   }
   ATTNSERVE_CHECK(last_loc >= 0 && last_loc < num_slots(), op, ": request ", i, " has last_loc ", last_loc,
                   " out of range [0, ", num_slots(), ") with prefix_len ", prefix_len);
-  ATTNSERVE_CHECK(page_allocated(last_loc / page_size_), op, ": request ", i, " has last_loc ", last_loc,
-                  " in page ", last_loc / page_size_, ", which is not allocated");
+  ATTNSERVE_CHECK(page_allocated(last_loc / page_size_), op, ": request ", i, " has last_loc ", last_loc, " in page ",
+                  last_loc / page_size_, ", which is not allocated");
   ATTNSERVE_CHECK(last_loc % page_size_ == (prefix_len - 1) % page_size_, op, ": request ", i, " has last_loc ",
                   last_loc, " at in-page offset ", last_loc % page_size_, ", but its token ", prefix_len - 1,
                   " belongs at offset ", (prefix_len - 1) % page_size_, " (page_size ", page_size_, ")");
@@ -94,8 +93,8 @@ std::vector<int32_t> SlotAllocator::alloc_slots(const char* op, std::span<const 
 
 std::vector<int32_t> SlotAllocator::alloc_decode(std::span<const DecodeRequest> reqs) {
   for (size_t i = 0; i < reqs.size(); ++i)
-    ATTNSERVE_CHECK(reqs[i].seq_len >= 1, "SlotAllocator::alloc_decode: request ", i, " has seq_len ",
-                    reqs[i].seq_len, " (decode needs at least one cached token)");
+    ATTNSERVE_CHECK(reqs[i].seq_len >= 1, "SlotAllocator::alloc_decode: request ", i, " has seq_len ", reqs[i].seq_len,
+                    " (decode needs at least one cached token)");
   std::vector<ExtendRequest> ext(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) ext[i] = {reqs[i].seq_len, reqs[i].last_loc, 1};
   return alloc_slots("SlotAllocator::alloc_decode", ext);
@@ -111,8 +110,8 @@ void SlotAllocator::free(std::span<const int32_t> slots) {
     int32_t page = int32_t(s / page_size_);
     ATTNSERVE_CHECK(page != 0, "SlotAllocator::free: slots[", i, "] = ", s,
                     " is in the reserved padding page 0, which is never allocated");
-    ATTNSERVE_CHECK(allocated_[std::size_t(page)], "SlotAllocator::free: slots[", i, "] = ", s, " is in page ",
-                    page, ", which is not allocated (double free, or never allocated)");
+    ATTNSERVE_CHECK(allocated_[std::size_t(page)], "SlotAllocator::free: slots[", i, "] = ", s, " is in page ", page,
+                    ", which is not allocated (double free, or never allocated)");
     pages.push_back(page);
   }
   std::sort(pages.begin(), pages.end());

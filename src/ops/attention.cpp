@@ -31,8 +31,8 @@ void check_activation(std::string_view op, std::string_view arg, const TensorVie
 }
 
 // Scalars shared by paged and MLA attention.
-void check_attention_options(std::string_view op, float softmax_scale, int window_left, int window_right,
-                             float softcap, int max_seqlen_q) {
+void check_attention_options(std::string_view op, float softmax_scale, int window_left, int window_right, float softcap,
+                             int max_seqlen_q) {
   ATTNSERVE_CHECK(std::isfinite(softmax_scale) && softmax_scale > 0.f, op,
                   ": argument 'softmax_scale' must be finite and > 0, got ", softmax_scale);
   ATTNSERVE_CHECK(window_left >= -1, op, ": argument 'window_left' must be >= -1 (-1: unbounded), got ", window_left);
@@ -65,8 +65,8 @@ void check_index_values(std::string_view op, const TensorView& page_table, const
                   " must be >= 0");
   for (int64_t r = 0; r < b; ++r) {
     const int64_t q_begin = at1(cu_seqlens_q, r), q_end = at1(cu_seqlens_q, r + 1);
-    ATTNSERVE_CHECK(q_end >= q_begin, op, ": argument 'cu_seqlens_q' must be non-decreasing, but cu_seqlens_q[",
-                    r + 1, "] = ", q_end, " < cu_seqlens_q[", r, "] = ", q_begin);
+    ATTNSERVE_CHECK(q_end >= q_begin, op, ": argument 'cu_seqlens_q' must be non-decreasing, but cu_seqlens_q[", r + 1,
+                    "] = ", q_end, " < cu_seqlens_q[", r, "] = ", q_begin);
   }
   const int64_t end = at1(cu_seqlens_q, b);
   ATTNSERVE_CHECK(end <= total_q, op, ": argument 'cu_seqlens_q'[", b, "] = ", end, " exceeds total_q = ", total_q,
@@ -80,8 +80,8 @@ void check_index_values(std::string_view op, const TensorView& page_table, const
                     " out of range [0, max_pages * page_size = ", max_pages * page_size, "]");
     for (int64_t i = 0; i * page_size < k_len; ++i) {
       const int64_t id = cpu::load_index(page_table.data, page_table.dtype, cpu::offset_of(page_table, r, i));
-      ATTNSERVE_CHECK(id >= 0 && id < num_pages, op, ": argument 'page_table'[", r, ", ", i, "] = ", id,
-                      " (request ", r, ", page position ", i, ") out of range [0, num_pages = ", num_pages, ")");
+      ATTNSERVE_CHECK(id >= 0 && id < num_pages, op, ": argument 'page_table'[", r, ", ", i, "] = ", id, " (request ",
+                      r, ", page position ", i, ") out of range [0, num_pages = ", num_pages, ")");
     }
   }
 }
@@ -150,8 +150,8 @@ void validate(const MlaAttentionArgs& a) {
   check_optional_tensor(kMla, "lse", a.lse, {DType::f32}, {total_q, h_q});
   check_output(kMla, "lse", a.lse);
   check_attention_options(kMla, a.softmax_scale, a.window_left, a.window_right, a.softcap, a.max_seqlen_q);
-  check_same_device(kMla, {&a.q_nope, &a.q_rope, &a.kv_cache, &a.page_table, &a.cache_seqlens, &a.cu_seqlens_q,
-                           &a.out, &a.lse});
+  check_same_device(
+      kMla, {&a.q_nope, &a.q_rope, &a.kv_cache, &a.page_table, &a.cache_seqlens, &a.cu_seqlens_q, &a.out, &a.lse});
   check_max_seqlen_for_cuda(kMla, device, total_q, a.max_seqlen_q);
   if (device.is_cpu()) {
     check_index_values(kMla, a.page_table, a.cache_seqlens, a.cu_seqlens_q, total_q, num_pages, page_size,

@@ -5,18 +5,20 @@
 #ifndef ATTNSERVE_WITH_CUDA
 #include "cuda/cuda_ops.h"
 
-
 namespace attnserve::cuda {
 namespace {
 [[noreturn]] void unavailable(const char* op) {
-  ATTNSERVE_FAIL(op, ": no CUDA implementation in this build (built without CUDA, or the op has no "
-                     "CUDA kernel yet); run it on CPU tensors");
+  ATTNSERVE_FAIL(op,
+                 ": no CUDA implementation in this build (built without CUDA, or the op has no "
+                 "CUDA kernel yet); run it on CPU tensors");
 }
 }  // namespace
 
 std::size_t paged_attention_workspace_size(const PagedAttentionArgs&, const DeviceCaps&) { return 0; }
 void paged_attention(const PagedAttentionArgs&, Workspace, Stream) { unavailable("paged_attention"); }
-void paged_attention(const PagedAttentionArgs&, const attn::Plan&, Workspace, Stream) { unavailable("paged_attention"); }
+void paged_attention(const PagedAttentionArgs&, const attn::Plan&, Workspace, Stream) {
+  unavailable("paged_attention");
+}
 std::size_t mla_attention_workspace_size(const MlaAttentionArgs&, const DeviceCaps&) { return 0; }
 void mla_attention(const MlaAttentionArgs&, Workspace, Stream) { unavailable("mla_attention"); }
 void mla_attention(const MlaAttentionArgs&, const mla::Plan&, Workspace, Stream) { unavailable("mla_attention"); }

@@ -1,8 +1,8 @@
 // Dispatcher of gather_index_k: validates shapes, dtypes and devices for every device. Slot values live
 // with the tensors, so their range is checked by the implementation: the CPU one checks every slot
 // before writing (an Error), the CUDA one writes a zero key and scale 0 for an out-of-range slot.
-#include "attnserve/cache_formats.h"
 #include "attnserve/ops/index_k_gather.h"
+#include "attnserve/cache_formats.h"
 #include "cpu/index_k_gather.h"
 #include "cuda/cuda_ops.h"  // require_cuda_device
 #include "cuda/index_k_gather/index_k_gather.h"

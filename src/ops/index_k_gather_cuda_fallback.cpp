@@ -7,8 +7,9 @@
 namespace attnserve::cuda {
 
 void gather_index_k(const GatherIndexKArgs&, Stream) {
-  ATTNSERVE_FAIL("gather_index_k: no CUDA implementation in this build (built without CUDA); run it on CPU "
-                 "tensors");
+  ATTNSERVE_FAIL(
+      "gather_index_k: no CUDA implementation in this build (built without CUDA); run it on CPU "
+      "tensors");
 }
 
 }  // namespace attnserve::cuda

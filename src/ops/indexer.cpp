@@ -12,7 +12,9 @@ namespace attnserve {
 namespace {
 
 int32_t at_i32(const TensorView& t, int64_t i) { return t.ptr<int32_t>()[i * t.strides[0]]; }
-int32_t at_i32(const TensorView& t, int64_t i, int64_t j) { return t.ptr<int32_t>()[i * t.strides[0] + j * t.strides[1]]; }
+int32_t at_i32(const TensorView& t, int64_t i, int64_t j) {
+  return t.ptr<int32_t>()[i * t.strides[0] + j * t.strides[1]];
+}
 
 constexpr int kIndexDim = IndexerKeyLayout::kDim;
 
@@ -104,8 +106,9 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace ws, Stream stream) {
                       ", expected 0 <= seqlens <= max_context (logits width) = ", max_context);
       // The next_n query rows of a request are its last next_n tokens, so a live request has at least
       // next_n of them (0 = a padding request: all -inf). Shorter ones would fill rows with -inf silently.
-      ATTNSERVE_CHECK(len == 0 || len >= a.next_n, op, ": 'seqlens'[", r, "] = ", len, " is shorter than 'next_n' = ",
-                      a.next_n, " (its next_n query rows are its last tokens; 0 marks a padding request)");
+      ATTNSERVE_CHECK(len == 0 || len >= a.next_n, op, ": 'seqlens'[", r, "] = ", len,
+                      " is shorter than 'next_n' = ", a.next_n,
+                      " (its next_n query rows are its last tokens; 0 marks a padding request)");
       const int64_t pages = (len + a.page_size - 1) / a.page_size;
       ATTNSERVE_CHECK(pages <= max_pages, op, ": 'seqlens'[", r, "] = ", len, " needs ", pages,
                       " pages but 'page_table' has ", max_pages, " columns");

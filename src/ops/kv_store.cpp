@@ -22,14 +22,18 @@ void set_kv_buffer(const StoreKvArgs& a, Stream stream) {
   check_output(op, "v_cache", a.v_cache);
   check_tensor(op, "loc", a.loc, {DType::i32, DType::i64}, {n});
   check_same_device(op, {&a.k, &a.v, &a.k_cache, &a.v_cache, &a.loc});
-  for (auto [name, t] : {std::pair{"k", &a.k}, {"v", &a.v}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache},
-                         {"loc", &a.loc}})
+  for (auto [name, t] :
+       {std::pair{"k", &a.k}, {"v", &a.v}, {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache}, {"loc", &a.loc}})
     check_last_dim_contiguous(op, name, *t);
   if (a.k_cache.dtype == DType::fp8_e4m3) {
-    ATTNSERVE_CHECK(std::isfinite(a.k_scale) && a.k_scale > 0.f, op, ": argument 'k_scale' must be finite and > 0 "
-                    "for an fp8 cache, got ", a.k_scale);
-    ATTNSERVE_CHECK(std::isfinite(a.v_scale) && a.v_scale > 0.f, op, ": argument 'v_scale' must be finite and > 0 "
-                    "for an fp8 cache, got ", a.v_scale);
+    ATTNSERVE_CHECK(std::isfinite(a.k_scale) && a.k_scale > 0.f, op,
+                    ": argument 'k_scale' must be finite and > 0 "
+                    "for an fp8 cache, got ",
+                    a.k_scale);
+    ATTNSERVE_CHECK(std::isfinite(a.v_scale) && a.v_scale > 0.f, op,
+                    ": argument 'v_scale' must be finite and > 0 "
+                    "for an fp8 cache, got ",
+                    a.v_scale);
   }
   if (a.k.device.is_cpu()) cpu::set_kv_buffer(a);
   else {

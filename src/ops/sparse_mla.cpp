@@ -18,8 +18,8 @@ constexpr int64_t kDimQk = 576, kDimV = 512;
 // Like check_same_device, but the message names the argument that differs.
 void check_on_device(const TensorView& t, const char* arg, Device device) {
   if (t.empty_view()) return;
-  ATTNSERVE_CHECK(t.device == device, kOp, ": argument '", arg, "' is on ", to_string(t.device),
-                  ", expected ", to_string(device), " (the device of 'q')");
+  ATTNSERVE_CHECK(t.device == device, kOp, ": argument '", arg, "' is on ", to_string(t.device), ", expected ",
+                  to_string(device), " (the device of 'q')");
 }
 
 void check_contiguous_last(const TensorView& t, const char* arg) {
@@ -39,7 +39,8 @@ void validate_shapes(const SparseMlaArgs& a) {
   check_tensor(kOp, "kv", a.kv, {DType::bf16, DType::u8}, {-1, -1});
   const int64_t kv_width = a.kv.dtype == DType::u8 ? int64_t(Fp8MlaLayout::kBytes) : kDimQk;
   ATTNSERVE_CHECK(a.kv.size(1) == kv_width, kOp, ": argument 'kv' has shape ", a.kv.shape_string(), ", expected [*, ",
-                  kv_width, "] for a ", dtype_name(a.kv.dtype), " cache (bf16: 576 values per slot; u8: FP8-656 bytes)");
+                  kv_width, "] for a ", dtype_name(a.kv.dtype),
+                  " cache (bf16: 576 values per slot; u8: FP8-656 bytes)");
 
   check_tensor(kOp, "indices", a.indices, {DType::i32}, {rows, -1});
   check_tensor(kOp, "out", a.out, {a.q.dtype}, {rows, h_q, kDimV});

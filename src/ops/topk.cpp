@@ -89,7 +89,8 @@ void validate_values(const TopkArgs& a) {
     }
     if (a.transform == TopkTransform::ragged && len > 0) {
       const int64_t last = int64_t(at_i32(a.offsets, row)) + len - 1;
-      ATTNSERVE_CHECK(last <= INT32_MAX && last >= INT32_MIN, kOp, ": 'offsets'[", row, "] + 'lengths' overflows int32");
+      ATTNSERVE_CHECK(last <= INT32_MAX && last >= INT32_MIN, kOp, ": 'offsets'[", row,
+                      "] + 'lengths' overflows int32");
     }
   }
 }

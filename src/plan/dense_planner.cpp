@@ -30,7 +30,8 @@ LayoutRules DensePlanner::Impl::rules(const char* who) const {
 }
 
 int64_t DensePlanner::Impl::graph_virtual_batches(int bs, ForwardMode mode) const {
-  const int q = std::max(padding_q_len(mode, cfg.spec), mode == ForwardMode::draft_extend ? cfg.spec.draft_token_num : 0);
+  const int q =
+      std::max(padding_q_len(mode, cfg.spec), mode == ForwardMode::draft_extend ? cfg.spec.draft_token_num : 0);
   return int64_t(bs) * max_virtual_batches_per_request(q, cfg.attention_chunk_size);
 }
 
@@ -74,7 +75,8 @@ void DensePlanner::init(const PlanCapacity& c, Stream stream) {
     s.chunk_pages = C / P;
     s.local_capacity = max_virtual_batches_eager(c.max_bs, c.max_num_tokens, C);
     for (ForwardMode m : {ForwardMode::target_verify, ForwardMode::draft_extend})
-      if (s.cfg.spec.draft_token_num > 0) s.local_capacity = std::max(s.local_capacity, s.graph_virtual_batches(c.max_bs, m));
+      if (s.cfg.spec.draft_token_num > 0)
+        s.local_capacity = std::max(s.local_capacity, s.graph_virtual_batches(c.max_bs, m));
     s.o_local_q = s.arena.reserve(s.local_capacity + 1);
     s.o_local_k = s.arena.reserve(s.local_capacity);
     s.o_local_desc = s.arena.reserve(s.local_capacity * kGatherDescInts);

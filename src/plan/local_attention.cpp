@@ -19,7 +19,8 @@ void split_virtual_batches(std::span<const int32_t> q_len, std::span<const int32
       const int64_t chunk_begin = c * C;
       const int64_t rows_begin = std::max(chunk_begin, first_pos);
       const int64_t rows_end = std::min(chunk_begin + C, kv);  // the last row is the last key
-      out.push_back({int32_t(r), int32_t(rows_end - rows_begin), int32_t(rows_end - chunk_begin), int32_t(chunk_begin)});
+      out.push_back(
+          {int32_t(r), int32_t(rows_end - rows_begin), int32_t(rows_end - chunk_begin), int32_t(chunk_begin)});
     }
   }
 }

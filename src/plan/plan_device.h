@@ -31,16 +31,16 @@ constexpr int kGatherDescInts = 5;
 struct GatherPageTableArgs {
   const int32_t* req_to_token = nullptr;  // [pool_size, r2t_row_stride]
   int64_t r2t_row_stride = 0;
-  const int32_t* descs = nullptr;         // [num_descs, kGatherDescInts]
+  const int32_t* descs = nullptr;  // [num_descs, kGatherDescInts]
   int num_descs = 0;
-  int repeat = 1;                         // output row o uses descriptor o / repeat
-  const int32_t* draft_slots = nullptr;   // [*, draft_row_stride]
+  int repeat = 1;                        // output row o uses descriptor o / repeat
+  const int32_t* draft_slots = nullptr;  // [*, draft_row_stride]
   int draft_row_stride = 0;
   int num_draft = 0;
-  int32_t* out = nullptr;                 // [num_descs * repeat, out_row_stride]
+  int32_t* out = nullptr;  // [num_descs * repeat, out_row_stride]
   int64_t out_row_stride = 0;
-  int width = 0;                          // columns written per row (page j: token first + j * page)
-  int page_size = 1;                      // out = slot / page_size
+  int width = 0;      // columns written per row (page j: token first + j * page)
+  int page_size = 1;  // out = slot / page_size
 };
 
 // Per request r (4 i32s in device memory): row_start, q_len, kv_len, nsa_cu_base (the prefix sum of

@@ -68,7 +68,8 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
     check_span(who, "extend_prefix_lens", b.extend_prefix_lens, bs, m);
   const SpeculativeConfig& spec = rules.spec;
   if (m == ForwardMode::target_verify)
-    ATTNSERVE_CHECK(spec.draft_token_num >= 1, who, ": target_verify needs spec.draft_token_num >= 1 in the planner config");
+    ATTNSERVE_CHECK(spec.draft_token_num >= 1, who,
+                    ": target_verify needs spec.draft_token_num >= 1 in the planner config");
   if (m == ForwardMode::draft_decode) {
     ATTNSERVE_CHECK(spec.num_steps >= 1 && spec.step_id >= 0 && spec.step_id < spec.num_steps, who,
                     ": draft_decode needs 0 <= spec.step_id < spec.num_steps in the planner config, got step_id ",
@@ -115,8 +116,8 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
                         " (draft_extend: seq_lens include the accepted tokens)");
         if (!b.extend_prefix_lens.empty())
           ATTNSERVE_CHECK(int64_t(b.extend_prefix_lens[r]) + ext == seq, who, ": inconsistent lengths for request ", r,
-                          ": extend_prefix_lens ", b.extend_prefix_lens[r], " + extend_seq_lens ", ext,
-                          " != seq_lens ", seq);
+                          ": extend_prefix_lens ", b.extend_prefix_lens[r], " + extend_seq_lens ", ext, " != seq_lens ",
+                          seq);
         q = ext, kv = from_table = seq;
         break;
       }
@@ -136,8 +137,7 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
         ATTNSERVE_CHECK(seq >= 0, who, ": seq_lens[", r, "] = ", seq, " is negative");
         q = spec.draft_token_num, kv = from_table = seq + spec.draft_token_num;
         break;
-      case ForwardMode::idle:
-        break;
+      case ForwardMode::idle: break;
     }
     ATTNSERVE_CHECK(kv <= cap.max_context_len, who, ": request ", r, " has ", kv, " keys (", to_string(m),
                     "), more than capacity max_context_len ", cap.max_context_len);
@@ -158,7 +158,8 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
 
 int padding_q_len(ForwardMode mode, const SpeculativeConfig& spec) {
   switch (mode) {
-    case ForwardMode::decode: case ForwardMode::draft_decode: return 1;
+    case ForwardMode::decode:
+    case ForwardMode::draft_decode: return 1;
     case ForwardMode::target_verify: return spec.draft_token_num;
     default: return 0;  // draft_extend: rows are packed accepted tokens; a padding request has none
   }
@@ -181,8 +182,8 @@ void padding_layout(RequestLayout& L, ForwardMode mode, int bs, const Speculativ
 void check_spec_config(const char* who, const SpeculativeConfig& s) {
   ATTNSERVE_CHECK(s.draft_token_num >= 0, who, ": spec.draft_token_num = ", s.draft_token_num, " is negative");
   ATTNSERVE_CHECK(s.num_steps >= 0, who, ": spec.num_steps = ", s.num_steps, " is negative");
-  ATTNSERVE_CHECK(s.step_id >= 0 && (s.num_steps == 0 || s.step_id < s.num_steps), who, ": spec.step_id = ",
-                  s.step_id, " must be in [0, num_steps = ", s.num_steps, ")");
+  ATTNSERVE_CHECK(s.step_id >= 0 && (s.num_steps == 0 || s.step_id < s.num_steps), who, ": spec.step_id = ", s.step_id,
+                  " must be in [0, num_steps = ", s.num_steps, ")");
 }
 
 void check_capacity(const char* who, const PlanCapacity& c) {
@@ -196,7 +197,8 @@ void check_capture_shape(const char* who, int bs, ForwardMode mode, const Specul
                          const PlanCapacity& c) {
   ATTNSERVE_CHECK(is_graph_capturable(mode), who, ": mode ", to_string(mode),
                   " cannot be captured (capturable: decode, draft_decode, target_verify, draft_extend)");
-  ATTNSERVE_CHECK(bs >= 1 && bs <= c.max_bs, who, ": graph batch size ", bs, " is outside [1, max_bs = ", c.max_bs, "]");
+  ATTNSERVE_CHECK(bs >= 1 && bs <= c.max_bs, who, ": graph batch size ", bs, " is outside [1, max_bs = ", c.max_bs,
+                  "]");
   if (mode == ForwardMode::target_verify || mode == ForwardMode::draft_extend) {
     ATTNSERVE_CHECK(spec.draft_token_num >= 1, who, ": ", to_string(mode),
                     " needs spec.draft_token_num >= 1 in the planner config");
@@ -216,8 +218,8 @@ void check_replay_batch(const char* who, int bs, ForwardMode mode, const BatchSp
                   " requests does not fit the graph captured for ", bs);
   if (mode == ForwardMode::draft_extend && batch.extend_seq_lens.size() == batch.seq_lens.size())
     for (std::size_t r = 0; r < batch.extend_seq_lens.size(); ++r)
-      ATTNSERVE_CHECK(batch.extend_seq_lens[r] <= spec.draft_token_num, who, ": extend_seq_lens[", r, "] = ",
-                      batch.extend_seq_lens[r], " accepted tokens exceed spec.draft_token_num ",
+      ATTNSERVE_CHECK(batch.extend_seq_lens[r] <= spec.draft_token_num, who, ": extend_seq_lens[", r,
+                      "] = ", batch.extend_seq_lens[r], " accepted tokens exceed spec.draft_token_num ",
                       spec.draft_token_num, " (the graph's rows per request)");
 }
 

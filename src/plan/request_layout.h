@@ -19,19 +19,19 @@ struct LayoutRules {
 
 struct RequestLayout {
   ForwardMode mode = ForwardMode::idle;
-  int live_bs = 0;                   // requests of the batch
-  int bs = 0;                        // live_bs + padding requests
+  int live_bs = 0;                                            // requests of the batch
+  int bs = 0;                                                 // live_bs + padding requests
   std::vector<int32_t> q_len, kv_len, pool_row, draft_begin;  // [bs]
-  int num_draft = 0;                 // draft_decode: step_id + 1 draft keys per request
-  int draft_row_stride = 0;          // draft_decode: num_steps
+  int num_draft = 0;                                          // draft_decode: step_id + 1 draft keys per request
+  int draft_row_stride = 0;                                   // draft_decode: num_steps
   std::span<const int32_t> draft_slots;
-  int64_t live_q_rows = 0;           // sum of q_len over live requests
-  int64_t q_rows = 0;                // sum of q_len over all requests
-  int max_q = 0, max_kv = 0;         // over live requests
-  bool any_prefix = false;           // extend: some request has cached keys (cu_seqlens_q != cu_seqlens_k)
+  int64_t live_q_rows = 0;    // sum of q_len over live requests
+  int64_t q_rows = 0;         // sum of q_len over all requests
+  int max_q = 0, max_kv = 0;  // over live requests
+  bool any_prefix = false;    // extend: some request has cached keys (cu_seqlens_q != cu_seqlens_k)
   TensorView req_to_token;
 
-  void clear_to(ForwardMode m);      // keeps the vectors' storage
+  void clear_to(ForwardMode m);  // keeps the vectors' storage
   void push(int32_t q, int32_t kv, int32_t pool, int32_t dbegin);
 };
 

@@ -31,8 +31,8 @@ const SparseMetadata& SparsePlanner::capture(int bs, ForwardMode mode, Stream st
   meta.topk = s.cfg.topk;
   meta.cache_seqlens_int32 = s.arena.view(s.o_cache, {bs});
   meta.cu_seqlens_k = s.arena.view(s.o_cu_k, {bs + 1});
-  meta.cu_seqlens_q = mode == ForwardMode::draft_extend ? s.arena.view(s.o_cu_q, {bs + 1})
-                                                        : s.arena.view(s.o_arange, {table_rows + 1});
+  meta.cu_seqlens_q =
+      mode == ForwardMode::draft_extend ? s.arena.view(s.o_cu_q, {bs + 1}) : s.arena.view(s.o_arange, {table_rows + 1});
   meta.max_seq_len_q = mode == ForwardMode::draft_extend ? D : 1;
   meta.max_seq_len_k = s.cap.max_context_len;
   meta.page_table_1 = s.table_view(s.page_table_1, table_rows, s.cap.max_context_len);

@@ -2,8 +2,8 @@
 // path. Row lengths are expanded per query row (kv_len - q_len + 1 + t) on the device from
 // per-request values, so the host cost is O(batch size) for any number of rows.
 #include <algorithm>
-#include <numeric>
 #include <climits>
+#include <numeric>
 
 #include "plan/plan_device.h"
 #include "plan/sparse_impl.h"

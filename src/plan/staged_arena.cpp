@@ -53,10 +53,10 @@ void StagedArena::write_constant(int64_t offset, const int32_t* data, int64_t co
 }
 
 TensorView StagedArena::view(int64_t offset, std::initializer_list<int64_t> shape) const {
-  TensorView t = TensorView::contiguous(const_cast<int32_t*>(device_base()) + offset, DType::i32, shape,
-                                        device_.device());
-  ATTNSERVE_CHECK(offset >= 0 && offset + t.numel() <= size_, "StagedArena: view ", t.shape_string(), " at ",
-                  offset, " exceeds the arena (", size_, " elements)");
+  TensorView t =
+      TensorView::contiguous(const_cast<int32_t*>(device_base()) + offset, DType::i32, shape, device_.device());
+  ATTNSERVE_CHECK(offset >= 0 && offset + t.numel() <= size_, "StagedArena: view ", t.shape_string(), " at ", offset,
+                  " exceeds the arena (", size_, " elements)");
   return t;
 }
 

@@ -52,8 +52,8 @@ class StagedArena {
   int64_t lo_ = -1, hi_ = -1;
   int slots_ = 1, cur_ = 0;
   Buffer device_;
-  Buffer plain_host_;          // CPU device (or when pinned memory is unavailable)
-  void* host_ = nullptr;       // slots_ * size_ i32
+  Buffer plain_host_;     // CPU device (or when pinned memory is unavailable)
+  void* host_ = nullptr;  // slots_ * size_ i32
   bool pinned_ = false;
   std::vector<void*> events_;  // CUDA: one per slot
 };

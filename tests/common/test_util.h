@@ -58,7 +58,10 @@ struct HostTensor {
   }
   HostTensor(HostTensor&&) = default;  // vector moves keep their buffer
   HostTensor& operator=(HostTensor&&) = default;
-  template <typename T> T* ptr() { return reinterpret_cast<T*>(bytes.data()); }
+  template <typename T>
+  T* ptr() {
+    return reinterpret_cast<T*>(bytes.data());
+  }
   float get(int64_t i) const { return cpu::load_as_float(bytes.data(), view.dtype, i); }
   void set(int64_t i, float v) { cpu::store_from_float(bytes.data(), view.dtype, i, v); }
   int64_t numel() const { return view.numel(); }
@@ -72,9 +75,7 @@ inline void fill_uniform(HostTensor& t, std::mt19937_64& g, float lo = -1.f, flo
 
 // Poison: floats get all-ones bytes (NaN); integers get 0x7f bytes (a huge positive value, never a
 // legal -1 padding or slot), so any unwritten element shows.
-inline void poison(HostTensor& t) {
-  std::memset(t.bytes.data(), is_float(t.view.dtype) ? 0xff : 0x7f, t.bytes.size());
-}
+inline void poison(HostTensor& t) { std::memset(t.bytes.data(), is_float(t.view.dtype) ? 0xff : 0x7f, t.bytes.size()); }
 
 inline std::vector<double> to_doubles(const HostTensor& t) {
   std::vector<double> v(size_t(t.numel()));

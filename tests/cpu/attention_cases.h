@@ -23,19 +23,19 @@ namespace attnserve::test {
 struct PagedSpec {
   std::vector<int> q_lens{1}, k_lens{17};
   int h_q = 4, h_kv = 1;
-  int d = 64, d_v = 0;          // d_v = 0: same as d
+  int d = 64, d_v = 0;  // d_v = 0: same as d
   int page_size = 16;
-  DType dtype = DType::f32;     // q, out (and K/V unless kv_fp8); f64 runs the oracle's fp64 mode
+  DType dtype = DType::f32;  // q, out (and K/V unless kv_fp8); f64 runs the oracle's fp64 mode
   bool kv_fp8 = false, descale = false;
   bool causal = true;
   int window_left = -1, window_right = -1;
   float softcap = 0.f;
-  float softmax_scale = 0.f;    // 0: 1/sqrt(d)
+  float softmax_scale = 0.f;  // 0: 1/sqrt(d)
   bool with_lse = true;
-  int rows_before = 0;          // cu_seqlens_q[0]
-  int rows_after = 2;           // rows of q past cu_seqlens_q[b]
+  int rows_before = 0;  // cu_seqlens_q[0]
+  int rows_after = 2;   // rows of q past cu_seqlens_q[b]
   int spare_pages = 2, spare_table_cols = 2;
-  bool strided = false;         // q, caches, out, lse as views with padding (last dim contiguous)
+  bool strided = false;  // q, caches, out, lse as views with padding (last dim contiguous)
 };
 
 // Stores x at element `offset` of a view (f64 exactly).

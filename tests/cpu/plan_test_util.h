@@ -70,9 +70,9 @@ struct TestBatch {
 };
 
 struct BatchShape {
-  int max_ctx = 64;         // keys per request at most
-  int max_q = 16;           // extend tokens per request at most
-  bool prefix = true;       // extend: allow cached prefixes
+  int max_ctx = 64;    // keys per request at most
+  int max_q = 16;      // extend tokens per request at most
+  bool prefix = true;  // extend: allow cached prefixes
   SpeculativeConfig spec{};
 };
 
@@ -131,7 +131,8 @@ inline ReqShape request_shape(const TestBatch& b, int r, const SpeculativeConfig
   const int seq = b.seq[std::size_t(r)];
   switch (b.mode) {
     case ForwardMode::decode: return {1, seq};
-    case ForwardMode::extend: case ForwardMode::draft_extend: return {b.ext[std::size_t(r)], seq};
+    case ForwardMode::extend:
+    case ForwardMode::draft_extend: return {b.ext[std::size_t(r)], seq};
     case ForwardMode::target_verify: return {spec.draft_token_num, seq + spec.draft_token_num};
     case ForwardMode::draft_decode: return {1, seq + spec.step_id + 1};
     case ForwardMode::idle: break;
@@ -141,8 +142,7 @@ inline ReqShape request_shape(const TestBatch& b, int r, const SpeculativeConfig
 // The slot of key `pos` of live request r (drafts from draft_slots in draft_decode).
 inline int32_t expected_slot(const TestBatch& b, const TestPool& pool, int r, int pos) {
   const int seq = b.seq[std::size_t(r)];
-  if (b.mode == ForwardMode::draft_decode && pos >= seq)
-    return b.drafts[std::size_t(r) * b.num_steps + (pos - seq)];
+  if (b.mode == ForwardMode::draft_decode && pos >= seq) return b.drafts[std::size_t(r) * b.num_steps + (pos - seq)];
   return pool.slot(b.pool[std::size_t(r)], pos);
 }
 
@@ -347,9 +347,9 @@ inline void check_sparse(const SparseMetadata& m, const TestBatch& b, const Test
     EXPECT_EQ(m.page_table_1.size(1), max_k);
     EXPECT_EQ(m.real_page_table.size(1), (max_k + P - 1) / P);
     // Idle: 1, as the seed's decode/idle branch (SEED_NOTES 18).
-    EXPECT_EQ(m.max_seq_len_q, b.mode == ForwardMode::idle ? 1
+    EXPECT_EQ(m.max_seq_len_q, b.mode == ForwardMode::idle                                                     ? 1
                                : (b.mode == ForwardMode::extend && m.cu_seqlens_q.data == m.cu_seqlens_k.data) ? max_k
-                                                                                                             : max_q);
+                                                                                                               : max_q);
     EXPECT_EQ(m.num_rows, h.cu_q.back());
   } else {
     EXPECT_GE(m.max_seq_len_k, max_k);

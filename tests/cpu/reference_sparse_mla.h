@@ -78,7 +78,8 @@ SparseMlaReference reference_sparse_mla(const SparseMlaArgs& a) {
         l += weights.back();
       }
       T denom = l;
-      if (!a.attn_sink.empty_view()) denom += std::exp(T(a.attn_sink.ptr<const float>()[h * a.attn_sink.strides[0]]) - m);
+      if (!a.attn_sink.empty_view())
+        denom += std::exp(T(a.attn_sink.ptr<const float>()[h * a.attn_sink.strides[0]]) - m);
       for (int64_t d = 0; d < 512; ++d) {
         T sum = 0;
         for (size_t j = 0; j < keys.size(); ++j) sum += weights[j] * T(pool[size_t(keys[j] * 576 + d)]);

@@ -25,7 +25,7 @@ struct SparseMlaCase {
   DType dtype = DType::f32;       // q and out
   bool with_topk_length = false;  // random lengths in [0, topk]
   bool with_sink = false;
-  double invalid_fraction = 0.1;  // share of indices that are -1
+  double invalid_fraction = 0.1;     // share of indices that are -1
   float softmax_scale = 0.0721688f;  // 192^-0.5
 };
 

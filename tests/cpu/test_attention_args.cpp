@@ -57,8 +57,13 @@ TEST(AttentionArgs, ValidCaseRuns) {
 
 TEST(AttentionArgs, PagedShapesAndHeads) {
   HostTensor q3(DType::f32, {5, 3, 64}), out3(DType::f32, {5, 3, 64});
-  expect_paged_error([&](PagedAttentionArgs& a) { a.q = q3.view; a.out = out3.view; a.lse = {}; },
-                     {"h_q = 3", "h_kv = 2"}, "wrong head ratio");
+  expect_paged_error(
+      [&](PagedAttentionArgs& a) {
+        a.q = q3.view;
+        a.out = out3.view;
+        a.lse = {};
+      },
+      {"h_q = 3", "h_kv = 2"}, "wrong head ratio");
   HostTensor q_d(DType::f32, {5, 4, 32});
   expect_paged_error([&](PagedAttentionArgs& a) { a.q = q_d.view; }, {"'k_cache'", "[*, *, *, 32]"},
                      "head dim mismatch");
@@ -74,8 +79,13 @@ TEST(AttentionArgs, PagedShapesAndHeads) {
   expect_paged_error([&](PagedAttentionArgs& a) { a.lse = lse.view; }, {"'lse'"}, "lse shape");
   expect_paged_error([&](PagedAttentionArgs& a) { a.q = TensorView{}; }, {"'q'", "required"}, "missing q");
   HostTensor q_wide(DType::f32, {5, 4, 128});
-  expect_paged_error([&](PagedAttentionArgs& a) { a.q = q_wide.view; a.q.shape[2] = 64; a.q.strides[2] = 2; },
-                     {"'q'", "contiguous"}, "q last dim not contiguous");
+  expect_paged_error(
+      [&](PagedAttentionArgs& a) {
+        a.q = q_wide.view;
+        a.q.shape[2] = 64;
+        a.q.strides[2] = 2;
+      },
+      {"'q'", "contiguous"}, "q last dim not contiguous");
 }
 
 TEST(AttentionArgs, PagedDtypes) {
@@ -107,8 +117,12 @@ TEST(AttentionArgs, PagedIndexValues) {
                      "negative seqlen");
   expect_paged_error([&](PagedAttentionArgs& a) { set(a.cache_seqlens, 0, 1000); }, {"'cache_seqlens'", "1000"},
                      "seqlen beyond the page table");
-  expect_paged_error([&](PagedAttentionArgs& a) { set(a.cu_seqlens_q, 1, 3); set(a.cu_seqlens_q, 2, 1); },
-                     {"'cu_seqlens_q'", "non-decreasing"}, "cu_seqlens_q decreasing");
+  expect_paged_error(
+      [&](PagedAttentionArgs& a) {
+        set(a.cu_seqlens_q, 1, 3);
+        set(a.cu_seqlens_q, 2, 1);
+      },
+      {"'cu_seqlens_q'", "non-decreasing"}, "cu_seqlens_q decreasing");
   expect_paged_error([&](PagedAttentionArgs& a) { set(a.cu_seqlens_q, 2, 6); }, {"'cu_seqlens_q'", "total_q"},
                      "cu_seqlens_q past total_q");
   expect_paged_error([&](PagedAttentionArgs& a) { set(a.cu_seqlens_q, 0, -1); }, {"'cu_seqlens_q'"},
@@ -144,8 +158,12 @@ TEST(AttentionArgs, Devices) {
   expect_paged_error([&](PagedAttentionArgs& a) { to_cuda(a); }, {"'q'", "f32"}, "f32 on cuda");
   PagedSpec bf = small_spec();
   bf.dtype = DType::bf16;
-  expect_paged_error([&](PagedAttentionArgs& a) { to_cuda(a); a.max_seqlen_q = 0; }, {"'max_seqlen_q'", "CUDA"},
-                     "max_seqlen_q on cuda", bf);
+  expect_paged_error(
+      [&](PagedAttentionArgs& a) {
+        to_cuda(a);
+        a.max_seqlen_q = 0;
+      },
+      {"'max_seqlen_q'", "CUDA"}, "max_seqlen_q on cuda", bf);
   if (!cuda_available())
     expect_paged_error([&](PagedAttentionArgs& a) { to_cuda(a); }, {"paged_attention", "CUDA"}, "no cuda kernel", bf);
 }

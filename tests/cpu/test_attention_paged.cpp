@@ -145,7 +145,10 @@ TEST(AttentionPaged, Softcap) {
 
 TEST(AttentionPaged, SlidingWindowLeftRight) {
   auto g = rng_for_test();
-  struct W { bool causal; int left, right; };
+  struct W {
+    bool causal;
+    int left, right;
+  };
   for (W w : {W{true, 0, -1}, W{true, 7, -1}, W{true, 7, 0}, W{false, 5, 3}, W{false, -1, 2}, W{false, 0, 0},
               W{false, 4, -1}}) {
     PagedSpec s;
@@ -155,9 +158,9 @@ TEST(AttentionPaged, SlidingWindowLeftRight) {
     s.causal = w.causal;
     s.window_left = w.left;
     s.window_right = w.right;
-    check_paged_all_precisions(s, g,
-                               "window(" + std::to_string(w.left) + "," + std::to_string(w.right) + ") causal=" +
-                                   std::to_string(w.causal));
+    check_paged_all_precisions(
+        s, g,
+        "window(" + std::to_string(w.left) + "," + std::to_string(w.right) + ") causal=" + std::to_string(w.causal));
   }
 }
 
@@ -306,7 +309,12 @@ TEST(AttentionPaged, EmptyBatches) {
   // b = 0 and total_q = 0.
   HostTensor q(DType::f32, {0, 4, 64}), out(DType::f32, {0, 4, 64}), k(DType::f32, {1, 16, 1, 64});
   HostTensor table(DType::i32, {0, 1}), lens(DType::i32, {0}), cu(DType::i32, {1});
-  EXPECT_NO_THROW(paged_attention({.q = q.view, .k_cache = k.view, .v_cache = k.view, .page_table = table.view,
-                                   .cache_seqlens = lens.view, .cu_seqlens_q = cu.view, .out = out.view,
+  EXPECT_NO_THROW(paged_attention({.q = q.view,
+                                   .k_cache = k.view,
+                                   .v_cache = k.view,
+                                   .page_table = table.view,
+                                   .cache_seqlens = lens.view,
+                                   .cu_seqlens_q = cu.view,
+                                   .out = out.view,
                                    .softmax_scale = 0.125f}));
 }

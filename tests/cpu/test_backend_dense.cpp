@@ -65,8 +65,13 @@ LayerSpec custom_layer(Kind k) {
 struct StepInputs {
   HostTensor q, q_rope, k, v, k_rope, loc;
   ForwardArgs args(const HostTensor& out) const {
-    ForwardArgs a{.q = q.view, .out = out.view, .k = k.view, .v = v.view, .q_rope = q_rope.view,
-                  .k_rope = k_rope.view, .out_cache_loc = loc.view};
+    ForwardArgs a{.q = q.view,
+                  .out = out.view,
+                  .k = k.view,
+                  .v = v.view,
+                  .q_rope = q_rope.view,
+                  .k_rope = k_rope.view,
+                  .out_cache_loc = loc.view};
     if (q_rope.bytes.empty()) a.q_rope = {};
     if (v.bytes.empty()) a.v = {};
     if (k_rope.bytes.empty()) a.k_rope = {};
@@ -110,28 +115,50 @@ void compose_by_hand(Kind k, const DenseBackendConfig& c, const DenseMetadata& m
   const int w = layer.sliding_window_size.value_or(c.sliding_window_size);
   if (k == Kind::mla) {
     const MlaKvPool& pool = *kv.mla[1];
-    if (rows) set_mla_kv_buffer({.kv_c = in.k.view, .k_rope = in.k_rope.view, .cache = pool.cache(l), .loc = in.loc.view});
+    if (rows)
+      set_mla_kv_buffer({.kv_c = in.k.view, .k_rope = in.k_rope.view, .cache = pool.cache(l), .loc = in.loc.view});
     if (!rows) return;
     const TensorView paged = pool.cache_paged(l, P);
     const bool split = !in.q_rope.bytes.empty();
     mla_attention({.q_nope = split ? in.q.view : in.q.view.slice(2, 0, 512),
                    .q_rope = split ? in.q_rope.view : in.q.view.slice(2, 512, 576),
-                   .kv_cache = paged.reshape({paged.shape[0], P, 1, 576}), .page_table = page_table,
-                   .cache_seqlens = cache_seqlens, .cu_seqlens_q = cu_q, .out = out.view, .max_seqlen_q = max_q,
-                   .softmax_scale = scale, .causal = true, .window_left = w >= 0 ? w : -1,
-                   .window_right = w >= 0 ? 0 : -1, .softcap = cap});
+                   .kv_cache = paged.reshape({paged.shape[0], P, 1, 576}),
+                   .page_table = page_table,
+                   .cache_seqlens = cache_seqlens,
+                   .cu_seqlens_q = cu_q,
+                   .out = out.view,
+                   .max_seqlen_q = max_q,
+                   .softmax_scale = scale,
+                   .causal = true,
+                   .window_left = w >= 0 ? w : -1,
+                   .window_right = w >= 0 ? 0 : -1,
+                   .softcap = cap});
     return;
   }
   const MhaKvPool& pool = *kv.mha[1];
   const float ks = layer.k_scale.value_or(pool.k_scale(l)), vs = layer.v_scale.value_or(pool.v_scale(l));
   if (rows)
-    set_kv_buffer({.k = in.k.view, .v = in.v.view, .k_cache = pool.k(l), .v_cache = pool.v(l), .loc = in.loc.view,
-                   .k_scale = ks, .v_scale = vs});
+    set_kv_buffer({.k = in.k.view,
+                   .v = in.v.view,
+                   .k_cache = pool.k(l),
+                   .v_cache = pool.v(l),
+                   .loc = in.loc.view,
+                   .k_scale = ks,
+                   .v_scale = vs});
   if (!rows) return;
-  PagedAttentionArgs a{.q = in.q.view, .k_cache = pool.k_paged(l, P), .v_cache = pool.v_paged(l, P),
-                       .page_table = page_table, .cache_seqlens = cache_seqlens, .cu_seqlens_q = cu_q,
-                       .out = out.view, .max_seqlen_q = max_q, .softmax_scale = scale, .causal = true,
-                       .window_left = w >= 0 ? w : -1, .window_right = w >= 0 ? 0 : -1, .softcap = cap};
+  PagedAttentionArgs a{.q = in.q.view,
+                       .k_cache = pool.k_paged(l, P),
+                       .v_cache = pool.v_paged(l, P),
+                       .page_table = page_table,
+                       .cache_seqlens = cache_seqlens,
+                       .cu_seqlens_q = cu_q,
+                       .out = out.view,
+                       .max_seqlen_q = max_q,
+                       .softmax_scale = scale,
+                       .causal = true,
+                       .window_left = w >= 0 ? w : -1,
+                       .window_right = w >= 0 ? 0 : -1,
+                       .softcap = cap};
   HostTensor kd(DType::f32, {page_table.shape[0], pool.h_kv()}), vd(DType::f32, {page_table.shape[0], pool.h_kv()});
   if (k == Kind::mha_fp8) {
     for (int64_t i = 0; i < kd.numel(); ++i) kd.set(i, ks), vd.set(i, vs);
@@ -195,9 +222,14 @@ struct GraphInputs {
   StepInputs st;
   HostTensor out;
   void load(const StepInputs& live, int64_t live_rows) {
-    for (auto [dst, src] : {std::pair{&st.q, &live.q}, {&st.q_rope, &live.q_rope}, {&st.k, &live.k}, {&st.v, &live.v},
-                            {&st.k_rope, &live.k_rope}, {&st.loc, &live.loc}})
-      if (!src->bytes.empty() && live_rows) std::memcpy(dst->bytes.data(), src->bytes.data(), std::size_t(src->view.nbytes()));
+    for (auto [dst, src] : {std::pair{&st.q, &live.q},
+                            {&st.q_rope, &live.q_rope},
+                            {&st.k, &live.k},
+                            {&st.v, &live.v},
+                            {&st.k_rope, &live.k_rope},
+                            {&st.loc, &live.loc}})
+      if (!src->bytes.empty() && live_rows)
+        std::memcpy(dst->bytes.data(), src->bytes.data(), std::size_t(src->view.nbytes()));
     for (int64_t i = live_rows; i < st.loc.numel(); ++i) st.loc.ptr<int32_t>()[i] = 0;
   }
 };
@@ -215,7 +247,8 @@ TEST(DenseBackend, CapturedThenReplayedStepEqualsEagerStep) {
     graph.init_cuda_graph_state(G, kCap.max_num_tokens);
     for (ForwardMode mode : kGraphModes) {
       SCOPED_TRACE(to_string(mode));
-      const int per = mode == ForwardMode::target_verify || mode == ForwardMode::draft_extend ? kSpec.draft_token_num : 1;
+      const int per =
+          mode == ForwardMode::target_verify || mode == ForwardMode::draft_extend ? kSpec.draft_token_num : 1;
       const int64_t graph_rows = int64_t(G) * per;
       graph.init_forward_metadata_capture_cuda_graph(G, int(graph_rows), mode);
       GraphInputs gi{make_inputs(kind, graph_rows, std::vector<int32_t>(std::size_t(graph_rows), 0), false, g),
@@ -329,7 +362,8 @@ TEST(DenseBackend, LocalWindowSoftcapLayerMatchesBruteForce) {
             for (T& x : score) sum += (x = std::exp(x - mx));
             for (int e = 0; e < D.d_v; ++e) {
               T acc = 0;
-              for (std::size_t i = 0; i < keys.size(); ++i) acc += score[i] * T(ref_at(cache.v(1), keys[i], h / group, e));
+              for (std::size_t i = 0; i < keys.size(); ++i)
+                acc += score[i] * T(ref_at(cache.v(1), keys[i], h / group, e));
               ref.push_back(double(acc / sum));
             }
           }

@@ -75,9 +75,11 @@ TEST(BackendErrors, DenseConfiguration) {
     return [c] { DenseBackend b(c); };
   };
   EXPECT_NO_THROW(with([](DenseBackendConfig&) {})());
-  expect_error(with([](auto& c) { c.num_q_heads = 6, c.num_kv_heads = 4; }), {"num_q_heads 6", "multiple of num_kv_heads 4"});
+  expect_error(with([](auto& c) { c.num_q_heads = 6, c.num_kv_heads = 4; }),
+               {"num_q_heads 6", "multiple of num_kv_heads 4"});
   expect_error(with([](auto& c) { c.num_kv_heads = 0; }), {"num_kv_heads 0", ">= 1"});
-  expect_error(with([](auto& c) { c.attention_chunk_size = 6; }), {"attention_chunk_size 6", "multiple of page_size 4"});
+  expect_error(with([](auto& c) { c.attention_chunk_size = 6; }),
+               {"attention_chunk_size 6", "multiple of page_size 4"});
   expect_error(with([](auto& c) { c.kv_buffers.clear(); }), {"kv_buffers is empty", "kv_buffers_of"});
   expect_error(with([](auto& c) { c.req_to_token = {}; }), {"req_to_token is missing"});
   expect_error(with([](auto& c) { c.kv_dtype = DType::f16; }), {"kv_buffers[0].k", "dtype bf16"});
@@ -110,7 +112,9 @@ TEST(BackendErrors, SparseConfiguration) {
   expect_error(with([&](auto& c) { c.kv_cache_format = MlaCacheFormat::fp8_656, c.kv_buffers = kv_buffers_of(fp8); }),
                {"prefill_impl sparse_bf16", "pick sparse_fp8"});
   expect_error(with([](auto& c) { c.softcap = 5.f; }), {"softcap 5", "gather"});
-  expect_error(with([](auto& c) { c.kv_cache_format = MlaCacheFormat::fp8_656, c.prefill_impl = c.decode_impl = NsaImpl::sparse_fp8; }),
+  expect_error(with([](auto& c) {
+                 c.kv_cache_format = MlaCacheFormat::fp8_656, c.prefill_impl = c.decode_impl = NsaImpl::sparse_fp8;
+               }),
                {"kv_buffers[0].k", "u8"});
   expect_error(with([](auto& c) { c.page_size = 5; }), {"page_size 5"});
   expect_error(with([](auto& c) { c.kv_buffers.clear(); }), {"kv_buffers is empty"});
@@ -129,7 +133,8 @@ TEST(BackendErrors, DenseCalls) {
   b.init_forward_metadata({.mode = ForwardMode::decode, .seq_lens = seq, .req_pool_indices = rows});
   expect_error([&] { b.forward_extend({.q = q.view, .out = out.view}, l0); }, {"decode batch", "forward_decode"});
   expect_error([&] { b.forward_decode({.q = q.view, .out = out.view}, {.layer_id = 2}); }, {"layer_id 2", "2 layers"});
-  expect_error([&] { b.forward_decode({.q = q.view.slice(0, 0, 1), .out = out.view}, l0); }, {"'q' has 1 rows", "2 query rows"});
+  expect_error([&] { b.forward_decode({.q = q.view.slice(0, 0, 1), .out = out.view}, l0); },
+               {"'q' has 1 rows", "2 query rows"});
   expect_error([&] { b.forward_decode({.q = q.view, .out = out.view, .k = k.view, .v = v.view}, l0); },
                {"'out_cache_loc' is required", "save_kv_cache = false"});
   expect_error([&] { b.forward_decode({.q = q.view, .out = out.view, .k = k.view, .out_cache_loc = loc.view}, l0); },
@@ -144,10 +149,12 @@ TEST(BackendErrors, DenseCalls) {
   // A 2-D q / out [rows, heads * dim] is read as [rows, heads, dim].
   EXPECT_NO_THROW(b.forward_decode({.q = q.view.reshape({2, 64}), .out = out.view.reshape({2, 64})}, l0));
   // Graphs.
-  expect_error([&] { b.init_forward_metadata_capture_cuda_graph(2, 2, ForwardMode::decode); }, {"init_cuda_graph_state"});
+  expect_error([&] { b.init_forward_metadata_capture_cuda_graph(2, 2, ForwardMode::decode); },
+               {"init_cuda_graph_state"});
   expect_error([&] { b.init_cuda_graph_state(8, 32); }, {"max_bs 8", "capacity.max_bs = 4"});
   b.init_cuda_graph_state(4, 32);
-  expect_error([&] { b.init_forward_metadata_capture_cuda_graph(2, 3, ForwardMode::decode); }, {"num_tokens 3", "2 query rows"});
+  expect_error([&] { b.init_forward_metadata_capture_cuda_graph(2, 3, ForwardMode::decode); },
+               {"num_tokens 3", "2 query rows"});
   expect_error([&] { b.init_forward_metadata_capture_cuda_graph(2, 2, ForwardMode::extend); }, {"extend"});
   // A bad batch leaves the metadata usable.
   const std::vector<int32_t> too_long{kCtx + 1, 3};
@@ -160,7 +167,8 @@ TEST(BackendErrors, SparseCalls) {
   SparseWorld w(rng_for_test());
   SparseBackend b(w.config());
   HostTensor q = random_tensor(DType::bf16, {2, 2, 576}, w.g), out(DType::bf16, {2, 2, 512});
-  HostTensor q_nope = random_tensor(DType::bf16, {2, 2, 512}, w.g), q_rope = random_tensor(DType::bf16, {2, 2, 64}, w.g);
+  HostTensor q_nope = random_tensor(DType::bf16, {2, 2, 512}, w.g),
+             q_rope = random_tensor(DType::bf16, {2, 2, 64}, w.g);
   HostTensor logits = random_tensor(DType::f32, {2, kCtx}, w.g);
   const LayerSpec l0{.layer_id = 0};
   expect_error([&] { b.topk_transform(logits.view, 8); }, {"no forward metadata"});
@@ -170,13 +178,18 @@ TEST(BackendErrors, SparseCalls) {
   expect_error([&] { b.topk_transform(logits.view.slice(0, 0, 1), 8); }, {"logits"});
   const TensorView idx = b.topk_transform(logits.view, 8);
   expect_error([&] { b.forward_decode({.q = q.view, .out = out.view}, l0); }, {"'topk_indices' is required"});
-  expect_error([&] { b.forward_decode({.q = q_nope.view, .out = out.view, .q_rope = q_rope.view, .topk_indices = idx}, l0); },
-               {"packed", "gather"});
-  expect_error([&] { b.forward_decode({.q = q.view, .out = out.view, .topk_indices = idx}, {.layer_id = 0, .logit_cap = 3.f}); },
-               {"logit_cap", "gather"});
-  expect_error([&] { b.forward_decode({.q = q.view, .out = out.view, .topk_indices = idx},
-                                      {.layer_id = 0, .sliding_window_size = 4}); },
-               {"sliding window"});
+  expect_error(
+      [&] { b.forward_decode({.q = q_nope.view, .out = out.view, .q_rope = q_rope.view, .topk_indices = idx}, l0); },
+      {"packed", "gather"});
+  expect_error(
+      [&] { b.forward_decode({.q = q.view, .out = out.view, .topk_indices = idx}, {.layer_id = 0, .logit_cap = 3.f}); },
+      {"logit_cap", "gather"});
+  expect_error(
+      [&] {
+        b.forward_decode({.q = q.view, .out = out.view, .topk_indices = idx},
+                         {.layer_id = 0, .sliding_window_size = 4});
+      },
+      {"sliding window"});
   expect_error([&] { b.forward_decode({.q = q.view, .out = out.view, .topk_indices = idx.slice(1, 0, 4)}, l0); },
                {"topk_indices"});
   EXPECT_NO_THROW(b.forward_decode({.q = q.view, .out = out.view, .topk_indices = idx}, l0));

@@ -79,15 +79,22 @@ struct StepInputs {
   HostTensor q, q_rope, k, k_rope, loc, logits;
   bool halves = false;  // q / q_rope as the two halves of the packed q
   ForwardArgs args(const HostTensor& out, const TensorView& topk) const {
-    ForwardArgs a{.q = q.view, .out = out.view, .k = k.view, .k_rope = k_rope.view, .out_cache_loc = loc.view,
+    ForwardArgs a{.q = q.view,
+                  .out = out.view,
+                  .k = k.view,
+                  .k_rope = k_rope.view,
+                  .out_cache_loc = loc.view,
                   .topk_indices = topk};
     if (halves) a.q = q.view.slice(2, 0, 512), a.q_rope = q.view.slice(2, 512, 576);
     return a;
   }
 };
 StepInputs make_inputs(int64_t rows, const std::vector<int32_t>& slots, std::mt19937_64& g) {
-  return {random_tensor(DType::bf16, {rows, kHeads, 576}, g), HostTensor(),
-          random_tensor(DType::bf16, {rows, 512}, g), random_tensor(DType::bf16, {rows, 64}, g), i32_tensor(slots),
+  return {random_tensor(DType::bf16, {rows, kHeads, 576}, g),
+          HostTensor(),
+          random_tensor(DType::bf16, {rows, 512}, g),
+          random_tensor(DType::bf16, {rows, 64}, g),
+          i32_tensor(slots),
           random_tensor(DType::f32, {rows, kCtx + 3}, g, 3.0)};
 }
 HostTensor out_for(int64_t rows) { return poisoned(DType::bf16, {rows, kHeads, 512}); }
@@ -103,13 +110,22 @@ void compose_by_hand(const Variant& v, const SparseMetadata& m, const KvPair& kv
   std::memcpy(idx.bytes.data(), slots.data(), slots.size() * sizeof(int32_t));
   const float scale = layer.scaling.value_or(0.1f);
   if (v.impl == NsaImpl::gather) {
-    mla_attention({.q_nope = in.q.view.slice(2, 0, 512), .q_rope = in.q.view.slice(2, 512, 576),
-                   .kv_cache = cache.reshape({cache.shape[0], 1, 1, 576}), .page_table = idx.view,
-                   .cache_seqlens = m.nsa_cache_seqlens_int32, .cu_seqlens_q = m.nsa_cu_seqlens_q, .out = out.view,
-                   .max_seqlen_q = 1, .softmax_scale = scale});
+    mla_attention({.q_nope = in.q.view.slice(2, 0, 512),
+                   .q_rope = in.q.view.slice(2, 512, 576),
+                   .kv_cache = cache.reshape({cache.shape[0], 1, 1, 576}),
+                   .page_table = idx.view,
+                   .cache_seqlens = m.nsa_cache_seqlens_int32,
+                   .cu_seqlens_q = m.nsa_cu_seqlens_q,
+                   .out = out.view,
+                   .max_seqlen_q = 1,
+                   .softmax_scale = scale});
   } else {
-    sparse_mla({.q = in.q.view, .kv = cache, .indices = idx.view, .out = out.view,
-                .topk_length = m.nsa_cache_seqlens_int32, .softmax_scale = scale});
+    sparse_mla({.q = in.q.view,
+                .kv = cache,
+                .indices = idx.view,
+                .out = out.view,
+                .topk_length = m.nsa_cache_seqlens_int32,
+                .softmax_scale = scale});
   }
 }
 
@@ -117,8 +133,11 @@ std::vector<int32_t> as_vector(const TensorView& v) { return read_i32(v); }
 
 BatchShape batch_shape() { return {.max_ctx = kCtx, .max_q = 8, .spec = kSpec}; }
 
-const Variant kVariants[] = {{NsaImpl::sparse_bf16, true}, {NsaImpl::sparse_fp8, true}, {NsaImpl::gather, true},
-                             {NsaImpl::sparse_bf16, false}, {NsaImpl::gather, false}};
+const Variant kVariants[] = {{NsaImpl::sparse_bf16, true},
+                             {NsaImpl::sparse_fp8, true},
+                             {NsaImpl::gather, true},
+                             {NsaImpl::sparse_bf16, false},
+                             {NsaImpl::gather, false}};
 
 }  // namespace
 
@@ -135,8 +154,8 @@ TEST(SparseBackend, EveryModeAndPathEqualsPlannerPlusOpsByHand) {
       planner.init(kCap);
       for (ForwardMode mode : kAllModes) {
         SCOPED_TRACE(to_string(mode));
-        const TestBatch b = random_batch(g, mode, mode == ForwardMode::idle ? 0 : rand_int(g, 1, kMaxBs),
-                                         batch_shape(), pool);
+        const TestBatch b =
+            random_batch(g, mode, mode == ForwardMode::idle ? 0 : rand_int(g, 1, kMaxBs), batch_shape(), pool);
         const BatchSpec spec = b.spec(pool.view());
         const int64_t rows = batch_rows(b, kSpec);
         backend.init_forward_metadata(spec);
@@ -166,8 +185,8 @@ TEST(SparseBackend, EveryModeAndPathEqualsPlannerPlusOpsByHand) {
 TEST(SparseBackend, CapturedThenReplayedStepEqualsEagerStep) {
   auto g = rng_for_test();
   constexpr int G = kMaxBs;
-  for (const Variant& v : {Variant{NsaImpl::sparse_bf16, true}, Variant{NsaImpl::gather, false},
-                           Variant{NsaImpl::sparse_fp8, true}}) {
+  for (const Variant& v :
+       {Variant{NsaImpl::sparse_bf16, true}, Variant{NsaImpl::gather, false}, Variant{NsaImpl::sparse_fp8, true}}) {
     SCOPED_TRACE(name_of(v));
     const int P = 4;
     TestPool pool(kPoolRows, kCtx, P, g);
@@ -177,7 +196,8 @@ TEST(SparseBackend, CapturedThenReplayedStepEqualsEagerStep) {
     graph.init_cuda_graph_state(G, kCap.max_num_tokens);
     for (ForwardMode mode : kGraphModes) {
       SCOPED_TRACE(to_string(mode));
-      const int per = mode == ForwardMode::target_verify || mode == ForwardMode::draft_extend ? kSpec.draft_token_num : 1;
+      const int per =
+          mode == ForwardMode::target_verify || mode == ForwardMode::draft_extend ? kSpec.draft_token_num : 1;
       const int64_t graph_rows = int64_t(G) * per;
       graph.init_forward_metadata_capture_cuda_graph(G, int(graph_rows), mode);
       StepInputs st = make_inputs(graph_rows, std::vector<int32_t>(std::size_t(graph_rows), 0), g);
@@ -196,8 +216,11 @@ TEST(SparseBackend, CapturedThenReplayedStepEqualsEagerStep) {
         eager.init_forward_metadata(spec);
         for (const LayerSpec& layer : {kPlain, kScaled}) {
           const StepInputs in = make_inputs(rows, new_token_slots(b, pool, kSpec), g);
-          for (auto [dst, src] : {std::pair{&st.q, &in.q}, {&st.k, &in.k}, {&st.k_rope, &in.k_rope},
-                                  {&st.loc, &in.loc}, {&st.logits, &in.logits}})
+          for (auto [dst, src] : {std::pair{&st.q, &in.q},
+                                  {&st.k, &in.k},
+                                  {&st.k_rope, &in.k_rope},
+                                  {&st.loc, &in.loc},
+                                  {&st.logits, &in.logits}})
             std::memcpy(dst->bytes.data(), src->bytes.data(), src->view.nbytes());
           for (int64_t i = rows; i < graph_rows; ++i) st.loc.ptr<int32_t>()[i] = 0;
           const TensorView graph_idx = graph_step(layer);

@@ -125,9 +125,9 @@ struct KvPair {
   }
 };
 
-inline const ForwardMode kAllModes[] = {ForwardMode::decode,        ForwardMode::extend,
-                                        ForwardMode::draft_decode,  ForwardMode::target_verify,
-                                        ForwardMode::draft_extend,  ForwardMode::idle};
+inline const ForwardMode kAllModes[] = {ForwardMode::decode,       ForwardMode::extend,
+                                        ForwardMode::draft_decode, ForwardMode::target_verify,
+                                        ForwardMode::draft_extend, ForwardMode::idle};
 inline const ForwardMode kGraphModes[] = {ForwardMode::decode, ForwardMode::draft_decode, ForwardMode::target_verify,
                                           ForwardMode::draft_extend};
 

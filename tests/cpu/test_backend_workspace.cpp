@@ -20,8 +20,13 @@ const DeviceCaps kA100{.num_sms = 108, .smem_per_block = 163 * 1024, .arch = 80}
 
 DenseBackendConfig dense(AttentionArch arch, DType kv = DType::bf16, bool deterministic = false) {
   const bool mha = arch == AttentionArch::mha;
-  DenseBackendConfig c{.arch = arch, .num_q_heads = mha ? 32 : 16, .num_kv_heads = mha ? 8 : 1,
-                       .head_dim = mha ? 128 : 576, .v_head_dim = mha ? 128 : 512, .kv_dtype = kv, .page_size = 16,
+  DenseBackendConfig c{.arch = arch,
+                       .num_q_heads = mha ? 32 : 16,
+                       .num_kv_heads = mha ? 8 : 1,
+                       .head_dim = mha ? 128 : 576,
+                       .v_head_dim = mha ? 128 : 512,
+                       .kv_dtype = kv,
+                       .page_size = 16,
                        .deterministic = deterministic,
                        .capacity = {.max_bs = 48, .max_num_tokens = 2048, .max_context_len = 16384},
                        .device = Device::cuda()};
@@ -125,7 +130,9 @@ TEST(BackendWorkspace, CpuNeedsNone) {
 
 TEST(BackendWorkspace, SparseCapacityBoundsEveryBatch) {
   for (NsaImpl impl : {NsaImpl::sparse_bf16, NsaImpl::sparse_fp8, NsaImpl::gather}) {
-    SparseBackendConfig c{.num_q_heads = 16, .index_topk = 2048, .page_size = 64,
+    SparseBackendConfig c{.num_q_heads = 16,
+                          .index_topk = 2048,
+                          .page_size = 64,
                           .capacity = {.max_bs = 32, .max_num_tokens = 1024, .max_context_len = 8192},
                           .device = Device::cuda()};
     c.kv_buffers.push_back({.k = TensorView::contiguous(nullptr, DType::bf16, {1 << 16, 576}, Device::cuda())});

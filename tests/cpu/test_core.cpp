@@ -43,7 +43,7 @@ TEST(Numeric, Fp8E4m3AllCodesRoundTrip) {
     EXPECT_EQ(to_fp8_e4m3(f).bits, x.bits) << b;
   }
   EXPECT_FLOAT_EQ(to_float(fp8_e4m3_t{0x7e}), 448.f);
-  EXPECT_EQ(to_fp8_e4m3(1e6f).bits, 0x7e);         // saturates
+  EXPECT_EQ(to_fp8_e4m3(1e6f).bits, 0x7e);  // saturates
   EXPECT_EQ(to_fp8_e4m3(-1e6f).bits, 0xfe);
   EXPECT_FLOAT_EQ(to_float(to_fp8_e4m3(0.005859375f)), 0.005859375f);  // subnormal 3 * 2^-9
   EXPECT_FLOAT_EQ(to_float(to_fp8_e4m3(0.0029296875f)), 0.00390625f);  // 1.5 * 2^-9 ties to even

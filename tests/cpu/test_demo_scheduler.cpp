@@ -44,8 +44,8 @@ SchedulerConfig config_of(const Case& c, uint64_t seed) {
 
 // The planner accepts the step, and its rows are the positions the mode defines.
 void expect_valid_step(const Step& s, const SchedulerConfig& c, const ReqToTokenPool& table, int per_request_rows) {
-  const SpeculativeConfig spec{.draft_token_num = c.draft_tokens, .num_steps = c.spec_steps,
-                               .step_id = c.spec_steps ? c.spec_steps - 1 : 0};
+  const SpeculativeConfig spec{
+      .draft_token_num = c.draft_tokens, .num_steps = c.spec_steps, .step_id = c.spec_steps ? c.spec_steps - 1 : 0};
   DensePlanner planner({.page_size = c.page_size, .spec = spec}, Device::cpu());
   planner.init({.max_bs = c.max_running,
                 .max_num_tokens = std::max(c.prefill_budget, c.max_running * std::max(1, c.draft_tokens)),
@@ -56,7 +56,8 @@ void expect_valid_step(const Step& s, const SchedulerConfig& c, const ReqToToken
     const StepRequest& q = s.reqs[std::size_t(r)];
     int first = 0, n = 0;
     switch (s.mode) {
-      case ForwardMode::extend: case ForwardMode::draft_extend:
+      case ForwardMode::extend:
+      case ForwardMode::draft_extend:
         first = s.seq_lens[std::size_t(r)] - s.extend_seq_lens[std::size_t(r)], n = s.extend_seq_lens[std::size_t(r)];
         if (s.mode == ForwardMode::draft_extend) {
           EXPECT_LE(n, c.draft_tokens);
@@ -89,10 +90,12 @@ void expect_valid_step(const Step& s, const SchedulerConfig& c, const ReqToToken
 void run_case(const Case& c, uint64_t seed) {
   SCOPED_TRACE(c.name);
   const SchedulerConfig cfg = config_of(c, seed);
-  const std::vector<RequestSpec> trace =
-      make_workload({.requests = c.requests, .min_prompt = 1, .max_prompt = c.max_prompt, .max_output = c.max_output,
-                     .arrival_gap = 2},
-                    seed);
+  const std::vector<RequestSpec> trace = make_workload({.requests = c.requests,
+                                                        .min_prompt = 1,
+                                                        .max_prompt = c.max_prompt,
+                                                        .max_output = c.max_output,
+                                                        .arrival_gap = 2},
+                                                       seed);
   Scheduler s(cfg, trace, Device::cpu());
   int64_t prompt_total = 0, output_total = 0;
   for (const RequestSpec& r : trace) prompt_total += r.prompt_len, output_total += r.output_len;

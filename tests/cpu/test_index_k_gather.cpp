@@ -88,8 +88,11 @@ void run_gather_case(int page_size, DType slot_type, std::mt19937_64& g) {
   HostTensor out_k(DType::fp8_e4m3, {n, kIdxDim}), out_scale(DType::f32, {n});
   poison(out_k);
   poison(out_scale);
-  gather_index_k({.index_k_cache = pool.cache.view, .slots = s.view, .out_k = out_k.view,
-                  .out_scale = out_scale.view, .page_size = page_size});
+  gather_index_k({.index_k_cache = pool.cache.view,
+                  .slots = s.view,
+                  .out_k = out_k.view,
+                  .out_scale = out_scale.view,
+                  .page_size = page_size});
   for (int64_t j = 0; j < n; ++j)
     expect_row_is_slot(pool, slots[size_t(j)], out_k.bytes.data() + j * kIdxDim, out_scale.ptr<float>()[j], j);
   // Rows of slots set_index_k wrote carry its power-of-two scale (not leftover random bytes).
@@ -129,11 +132,14 @@ TEST(GatherIndexK, U8OutputAndStridedViews) {
   HostTensor k_wide(DType::u8, {n, 2 * kIdxDim}), sc_wide(DType::f32, {n, 3});
   poison(k_wide);
   poison(sc_wide);
-  gather_index_k({.index_k_cache = strided_pool, .slots = s2.view.slice(0, 0, 2 * n).reshape({n, 2}).select(1, 0),
-                  .out_k = k_wide.view.slice(1, 0, kIdxDim), .out_scale = sc_wide.view.select(1, 1),
+  gather_index_k({.index_k_cache = strided_pool,
+                  .slots = s2.view.slice(0, 0, 2 * n).reshape({n, 2}).select(1, 0),
+                  .out_k = k_wide.view.slice(1, 0, kIdxDim),
+                  .out_scale = sc_wide.view.select(1, 1),
                   .page_size = page_size});
   for (int64_t j = 0; j < n; ++j) {
-    expect_row_is_slot(ref, slots[size_t(j)], k_wide.bytes.data() + j * 2 * kIdxDim, sc_wide.ptr<float>()[j * 3 + 1], j);
+    expect_row_is_slot(ref, slots[size_t(j)], k_wide.bytes.data() + j * 2 * kIdxDim, sc_wide.ptr<float>()[j * 3 + 1],
+                       j);
     // Bytes outside the views are untouched.
     EXPECT_EQ(k_wide.bytes[size_t(j * 2 * kIdxDim + kIdxDim)], 0x7f);  // u8 poison
     EXPECT_TRUE(std::isnan(sc_wide.ptr<float>()[j * 3]));
@@ -144,8 +150,11 @@ TEST(GatherIndexK, EmptySlotsIsANoOp) {
   auto g = rng_for_test();
   Pool pool(64, 2, g);
   HostTensor s(DType::i32, {0}), out_k(DType::fp8_e4m3, {0, kIdxDim}), out_scale(DType::f32, {0});
-  gather_index_k({.index_k_cache = pool.cache.view, .slots = s.view, .out_k = out_k.view,
-                  .out_scale = out_scale.view, .page_size = 64});
+  gather_index_k({.index_k_cache = pool.cache.view,
+                  .slots = s.view,
+                  .out_k = out_k.view,
+                  .out_scale = out_scale.view,
+                  .page_size = 64});
 }
 
 TEST(GatherIndexK, OutOfRangeSlotIsAnErrorAndWritesNothing) {
@@ -160,10 +169,15 @@ TEST(GatherIndexK, OutOfRangeSlotIsAnErrorAndWritesNothing) {
       poison(out_k);
       poison(out_scale);
       HostTensor k0 = out_k, s0 = out_scale;
-      expect_error_naming([&] {
-        gather_index_k({.index_k_cache = pool.cache.view, .slots = s.view, .out_k = out_k.view,
-                        .out_scale = out_scale.view, .page_size = 5});
-      }, "'slots'");
+      expect_error_naming(
+          [&] {
+            gather_index_k({.index_k_cache = pool.cache.view,
+                            .slots = s.view,
+                            .out_k = out_k.view,
+                            .out_scale = out_scale.view,
+                            .page_size = 5});
+          },
+          "'slots'");
       EXPECT_EQ(out_k.bytes, k0.bytes);
       EXPECT_EQ(out_scale.bytes, s0.bytes);
     }
@@ -176,16 +190,21 @@ TEST(GatherIndexK, BadArgumentsNameTheArgument) {
   Pool pool(ps, 3, g);
   HostTensor s = make_slots({0, 1, 2}, DType::i32);
   HostTensor out_k(DType::fp8_e4m3, {3, kIdxDim}), out_scale(DType::f32, {3});
-  const GatherIndexKArgs good{.index_k_cache = pool.cache.view, .slots = s.view, .out_k = out_k.view,
-                              .out_scale = out_scale.view, .page_size = ps};
+  const GatherIndexKArgs good{.index_k_cache = pool.cache.view,
+                              .slots = s.view,
+                              .out_k = out_k.view,
+                              .out_scale = out_scale.view,
+                              .page_size = ps};
   gather_index_k(good);
   auto with = [&](auto change) {
     GatherIndexKArgs a = good;
     change(a);
     return a;
   };
-  HostTensor f32_k(DType::f32, {3, kIdxDim}), short_k(DType::fp8_e4m3, {2, kIdxDim}), narrow_k(DType::fp8_e4m3, {3, 64});
-  HostTensor f32_slots(DType::f32, {3}), slots_2d(DType::i32, {3, 1}), bf16_scale(DType::bf16, {3}), long_scale(DType::f32, {4});
+  HostTensor f32_k(DType::f32, {3, kIdxDim}), short_k(DType::fp8_e4m3, {2, kIdxDim}),
+      narrow_k(DType::fp8_e4m3, {3, 64});
+  HostTensor f32_slots(DType::f32, {3}), slots_2d(DType::i32, {3, 1}), bf16_scale(DType::bf16, {3}),
+      long_scale(DType::f32, {4});
   HostTensor wrong_pool(DType::u8, {3, 4 * 132 + 1}), i32_pool(DType::i32, {3, 4 * 132});
   HostTensor k_wide(DType::fp8_e4m3, {3, 2 * kIdxDim});
   struct Case {
@@ -203,7 +222,9 @@ TEST(GatherIndexK, BadArgumentsNameTheArgument) {
       {with([&](auto& a) { a.out_k = f32_k.view; }), "out_k"},
       {with([&](auto& a) { a.out_k = short_k.view; }), "out_k"},
       {with([&](auto& a) { a.out_k = narrow_k.view; }), "out_k"},
-      {with([&](auto& a) { a.out_k = k_wide.view.slice(1, 0, 2 * kIdxDim).reshape({3, kIdxDim, 2}).select(2, 0); }),
+      {with([&](auto& a) {
+         a.out_k = k_wide.view.slice(1, 0, 2 * kIdxDim).reshape({3, kIdxDim, 2}).select(2, 0);
+       }),
        "out_k"},  // a strided last dim
       {with([&](auto& a) { a.out_scale = bf16_scale.view; }), "out_scale"},
       {with([&](auto& a) { a.out_scale = long_scale.view; }), "out_scale"},
@@ -242,9 +263,11 @@ TEST(GatherIndexK, GatherThenRaggedEqualsPaged) {
     for (int r = 0; r < b; ++r) {
       const int len = seqlens[size_t(r)];
       seq.ptr<int32_t>()[r] = len;
-      for (int p = 0; p < (len + page_size - 1) / page_size; ++p) page_table.ptr<int32_t>()[r * max_pages + p] = order[next_page++];
+      for (int p = 0; p < (len + page_size - 1) / page_size; ++p)
+        page_table.ptr<int32_t>()[r * max_pages + p] = order[next_page++];
       for (int j = 0; j < len; ++j)
-        all_slots.push_back(int64_t(page_table.ptr<int32_t>()[r * max_pages + j / page_size]) * page_size + j % page_size);
+        all_slots.push_back(int64_t(page_table.ptr<int32_t>()[r * max_pages + j / page_size]) * page_size +
+                            j % page_size);
       base[size_t(r) + 1] = base[size_t(r)] + len;
     }
     pool.write_random_keys(all_slots, g);
@@ -253,14 +276,23 @@ TEST(GatherIndexK, GatherThenRaggedEqualsPaged) {
     HostTensor q = random_fp8_q(rows, n_heads, g), w = random_weights(rows, n_heads, g);
     HostTensor paged(DType::f32, {rows, max_len});
     poison(paged);
-    indexer_paged({.q = q.view, .weights = w.view, .index_k_cache = pool.cache.view, .page_table = page_table.view,
-                   .seqlens = seq.view, .logits = paged.view, .page_size = page_size, .next_n = next_n});
+    indexer_paged({.q = q.view,
+                   .weights = w.view,
+                   .index_k_cache = pool.cache.view,
+                   .page_table = page_table.view,
+                   .seqlens = seq.view,
+                   .logits = paged.view,
+                   .page_size = page_size,
+                   .next_n = next_n});
 
     HostTensor slots = make_slots(all_slots, DType::i32);
     HostTensor k(DType::fp8_e4m3, {K, kIdxDim}), k_scale(DType::f32, {K});
     poison(k);
     poison(k_scale);
-    gather_index_k({.index_k_cache = pool.cache.view, .slots = slots.view, .out_k = k.view, .out_scale = k_scale.view,
+    gather_index_k({.index_k_cache = pool.cache.view,
+                    .slots = slots.view,
+                    .out_k = k.view,
+                    .out_scale = k_scale.view,
                     .page_size = page_size});
     HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), ragged(DType::f32, {rows, K});
     for (int r = 0; r < b; ++r)
@@ -269,8 +301,13 @@ TEST(GatherIndexK, GatherThenRaggedEqualsPaged) {
         ke.ptr<int32_t>()[r * next_n + t] = int32_t(base[size_t(r)] + seqlens[size_t(r)] - next_n + t + 1);
       }
     poison(ragged);
-    indexer_ragged({.q = q.view, .weights = w.view, .k = k.view, .k_scale = k_scale.view, .ks = ks.view,
-                    .ke = ke.view, .logits = ragged.view});
+    indexer_ragged({.q = q.view,
+                    .weights = w.view,
+                    .k = k.view,
+                    .k_scale = k_scale.view,
+                    .ks = ks.view,
+                    .ke = ke.view,
+                    .logits = ragged.view});
 
     for (int r = 0; r < b; ++r)
       for (int t = 0; t < next_n; ++t) {
@@ -284,8 +321,8 @@ TEST(GatherIndexK, GatherThenRaggedEqualsPaged) {
           }
           const float want = paged.ptr<float>()[i * max_len + own];
           ASSERT_FALSE(std::isnan(want)) << "paged row " << i << " col " << own << " not written";
-          ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << "row " << i << " key " << own << ": ragged " << got
-                                                     << " vs paged " << want;
+          ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+              << "row " << i << " key " << own << ": ragged " << got << " vs paged " << want;
         }
       }
   }

@@ -39,7 +39,8 @@ struct KeyBuffer {
 };
 
 void run_ragged_case(int64_t rows, int64_t n_heads, int64_t num_keys, std::mt19937_64& g) {
-  SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(n_heads) + " keys " + std::to_string(num_keys));
+  SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(n_heads) + " keys " +
+               std::to_string(num_keys));
   HostTensor q = random_fp8_q(rows, n_heads, g), w = random_weights(rows, n_heads, g);
   KeyBuffer kb(num_keys, g);
   HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), logits(DType::f32, {rows, num_keys});
@@ -52,8 +53,13 @@ void run_ragged_case(int64_t rows, int64_t n_heads, int64_t num_keys, std::mt199
   ks.ptr<int32_t>()[0] = 0, ke.ptr<int32_t>()[0] = int32_t(num_keys);  // the whole buffer
   if (rows > 1) ks.ptr<int32_t>()[1] = ke.ptr<int32_t>()[1] = 5;       // empty window: all -inf
   poison(logits);
-  indexer_ragged({.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
-                  .ke = ke.view, .logits = logits.view});
+  indexer_ragged({.q = q.view,
+                  .weights = w.view,
+                  .k = kb.k.view,
+                  .k_scale = kb.k_scale.view,
+                  .ks = ks.view,
+                  .ke = ke.view,
+                  .logits = logits.view});
 
   const std::vector<float> qf = to_floats(q), wf = to_floats(w);
   std::vector<double> ref64(size_t(rows * num_keys)), ref32(ref64.size());
@@ -96,8 +102,13 @@ TEST(IndexerRagged, BadArgumentsNameTheArgument) {
   KeyBuffer kb(keys, g);
   HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), logits(DType::f32, {rows, keys});
   for (int i = 0; i < rows; ++i) ks.ptr<int32_t>()[i] = 0, ke.ptr<int32_t>()[i] = int32_t(keys);
-  IndexerRaggedArgs ok{.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
-                       .ke = ke.view, .logits = logits.view};
+  IndexerRaggedArgs ok{.q = q.view,
+                       .weights = w.view,
+                       .k = kb.k.view,
+                       .k_scale = kb.k_scale.view,
+                       .ks = ks.view,
+                       .ke = ke.view,
+                       .logits = logits.view};
   EXPECT_NO_THROW(indexer_ragged(ok));
   HostTensor bad_logits(DType::f32, {rows, keys + 1}), bad_w(DType::f32, {rows, heads + 1});
   HostTensor bad_q(DType::fp8_e4m3, {rows, heads, 64});
@@ -129,8 +140,14 @@ void run_paged_case(const std::vector<int>& seqlens, int next_n, int page_size, 
   HostTensor sl(DType::i32, {b}), logits(DType::f32, {rows, max_context});
   for (int64_t r = 0; r < b; ++r) sl.ptr<int32_t>()[r] = seqlens[size_t(r)];
   poison(logits);
-  indexer_paged({.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view, .page_table = kp.page_table.view,
-                 .seqlens = sl.view, .logits = logits.view, .page_size = page_size, .next_n = next_n});
+  indexer_paged({.q = q.view,
+                 .weights = w.view,
+                 .index_k_cache = kp.pool.view,
+                 .page_table = kp.page_table.view,
+                 .seqlens = sl.view,
+                 .logits = logits.view,
+                 .page_size = page_size,
+                 .next_n = next_n});
 
   const std::vector<float> qf = to_floats(q), wf = to_floats(w);
   std::vector<double> ref64(size_t(rows * max_context), kNegInf), ref32(ref64.size(), kNegInf);
@@ -170,8 +187,8 @@ INSTANTIATE_TEST_SUITE_P(Indexer, IndexerPaged,
 
 TEST(IndexerPagedEdge, ZeroLenKvAndShortRequests) {
   auto g = rng_for_test();
-  run_paged_case({0, 1, 3}, 1, 4, 5, g);   // zero_len_kv: the first row is all -inf
-  run_paged_case({0, 3, 6}, 3, 2, 3, g);   // a padding request (0) and one of exactly next_n tokens
+  run_paged_case({0, 1, 3}, 1, 4, 5, g);  // zero_len_kv: the first row is all -inf
+  run_paged_case({0, 3, 6}, 3, 2, 3, g);  // a padding request (0) and one of exactly next_n tokens
 }
 
 TEST(IndexerPagedEdge, LongContextSpansColumnBlocks) {
@@ -187,8 +204,14 @@ TEST(IndexerPagedEdge, BadArgumentsNameTheArgument) {
   HostTensor q = random_fp8_q(4, heads, g), w = random_weights(4, heads, g);
   HostTensor sl(DType::i32, {2}), logits(DType::f32, {4, 8});
   sl.ptr<int32_t>()[0] = 5, sl.ptr<int32_t>()[1] = 7;
-  IndexerPagedArgs ok{.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view, .page_table = kp.page_table.view,
-                      .seqlens = sl.view, .logits = logits.view, .page_size = page_size, .next_n = next_n};
+  IndexerPagedArgs ok{.q = q.view,
+                      .weights = w.view,
+                      .index_k_cache = kp.pool.view,
+                      .page_table = kp.page_table.view,
+                      .seqlens = sl.view,
+                      .logits = logits.view,
+                      .page_size = page_size,
+                      .next_n = next_n};
   EXPECT_NO_THROW(indexer_paged(ok));
   auto a = ok;
   a.next_n = 3;  // 4 rows is not a multiple of 3
@@ -218,35 +241,62 @@ TEST(IndexerQScale, EqualsWeightsWithTheScaleFoldedIn) {
   const int64_t heads = 6;
   {  // ragged
     const int64_t rows = 5, keys = 77;
-    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g),
+               qs = random_q_scale(rows, heads, g);
     KeyBuffer kb(keys, g);
     HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), with(DType::f32, {rows, keys}), folded = with;
     for (int i = 0; i < rows; ++i) ks.ptr<int32_t>()[i] = i, ke.ptr<int32_t>()[i] = int32_t(keys - i);
     const HostTensor wq = times(w, qs);
     poison(with), poison(folded);
-    indexer_ragged({.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
-                    .ke = ke.view, .logits = with.view, .q_scale = qs.view});
-    indexer_ragged({.q = q.view, .weights = wq.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
-                    .ke = ke.view, .logits = folded.view});
+    indexer_ragged({.q = q.view,
+                    .weights = w.view,
+                    .k = kb.k.view,
+                    .k_scale = kb.k_scale.view,
+                    .ks = ks.view,
+                    .ke = ke.view,
+                    .logits = with.view,
+                    .q_scale = qs.view});
+    indexer_ragged({.q = q.view,
+                    .weights = wq.view,
+                    .k = kb.k.view,
+                    .k_scale = kb.k_scale.view,
+                    .ks = ks.view,
+                    .ke = ke.view,
+                    .logits = folded.view});
     EXPECT_EQ(with.bytes, folded.bytes);
     HostTensor bad(DType::f32, {rows, heads + 1});
-    expect_error_naming([&] {
-      indexer_ragged({.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view, .ks = ks.view,
-                      .ke = ke.view, .logits = with.view, .q_scale = bad.view});
-    }, "'q_scale'");
+    expect_error_naming(
+        [&] {
+          indexer_ragged({.q = q.view,
+                          .weights = w.view,
+                          .k = kb.k.view,
+                          .k_scale = kb.k_scale.view,
+                          .ks = ks.view,
+                          .ke = ke.view,
+                          .logits = with.view,
+                          .q_scale = bad.view});
+        },
+        "'q_scale'");
   }
   {  // paged, next_n 2
     const std::vector<int> seqlens = {40, 9};
     const int page_size = 16, next_n = 2, max_context = 48;
     IndexKeyPool kp(seqlens, page_size, 4, g);
     const int64_t rows = 4;
-    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g),
+               qs = random_q_scale(rows, heads, g);
     HostTensor sl(DType::i32, {2}), with(DType::f32, {rows, max_context}), folded = with;
     sl.ptr<int32_t>()[0] = seqlens[0], sl.ptr<int32_t>()[1] = seqlens[1];
     const HostTensor wq = times(w, qs);
     poison(with), poison(folded);
-    IndexerPagedArgs a{.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view, .page_table = kp.page_table.view,
-                       .seqlens = sl.view, .logits = with.view, .page_size = page_size, .next_n = next_n,
+    IndexerPagedArgs a{.q = q.view,
+                       .weights = w.view,
+                       .index_k_cache = kp.pool.view,
+                       .page_table = kp.page_table.view,
+                       .seqlens = sl.view,
+                       .logits = with.view,
+                       .page_size = page_size,
+                       .next_n = next_n,
                        .q_scale = qs.view};
     indexer_paged(a);
     IndexerPagedArgs b = a;

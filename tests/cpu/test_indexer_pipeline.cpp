@@ -24,8 +24,14 @@ void run_chain(int next_n, int page_size, int topk_k, std::mt19937_64& g) {
   HostTensor sl(DType::i32, {b}), logits(DType::f32, {rows, max_context});
   for (int64_t r = 0; r < b; ++r) sl.ptr<int32_t>()[r] = seqlens[size_t(r)];
   poison(logits);
-  indexer_paged({.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view, .page_table = kp.page_table.view,
-                 .seqlens = sl.view, .logits = logits.view, .page_size = page_size, .next_n = next_n});
+  indexer_paged({.q = q.view,
+                 .weights = w.view,
+                 .index_k_cache = kp.pool.view,
+                 .page_table = kp.page_table.view,
+                 .seqlens = sl.view,
+                 .logits = logits.view,
+                 .page_size = page_size,
+                 .next_n = next_n});
 
   // The planner's metadata: seqlens_expanded, cu_seqlens_q, page_table_1 (token slots).
   HostTensor lengths(DType::i32, {rows}), cu(DType::i32, {b + 1}), table1(DType::i32, {b, max_context});

@@ -70,8 +70,8 @@ inline QuantizedKey random_key(std::mt19937_64& g) {
 // and every unused scale is NaN, so a wrong read shows as NaN.
 struct IndexKeyPool {
   int page_size = 64;
-  HostTensor pool;        // u8 [num_pages, page_size * 132]
-  HostTensor page_table;  // i32 [b, max_pages]; unused entries poisoned
+  HostTensor pool;                              // u8 [num_pages, page_size * 132]
+  HostTensor page_table;                        // i32 [b, max_pages]; unused entries poisoned
   std::vector<std::vector<QuantizedKey>> keys;  // keys[r][j]
 
   IndexKeyPool(const std::vector<int>& seqlens, int page_size_, int max_pages, std::mt19937_64& g)
@@ -91,10 +91,12 @@ struct IndexKeyPool {
     keys.resize(size_t(b));
     for (int64_t r = 0; r < b; ++r) {
       const int len = seqlens[size_t(r)];
-      for (int p = 0; p < (len + page_size - 1) / page_size; ++p) page_table.ptr<int32_t>()[r * max_pages + p] = order[next++];
+      for (int p = 0; p < (len + page_size - 1) / page_size; ++p)
+        page_table.ptr<int32_t>()[r * max_pages + p] = order[next++];
       for (int j = 0; j < len; ++j) {
         QuantizedKey k = random_key(g);
-        const int64_t slot = int64_t(page_table.ptr<int32_t>()[r * max_pages + j / page_size]) * page_size + j % page_size;
+        const int64_t slot =
+            int64_t(page_table.ptr<int32_t>()[r * max_pages + j / page_size]) * page_size + j % page_size;
         std::memcpy(pool.bytes.data() + IndexerKeyLayout::key_offset(slot, page_size), k.bytes, kIdxDim);
         std::memcpy(pool.bytes.data() + IndexerKeyLayout::scale_offset(slot, page_size), &k.scale, 4);
         keys[size_t(r)].push_back(k);

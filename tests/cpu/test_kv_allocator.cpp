@@ -108,7 +108,7 @@ TEST(KvSlotAllocator, page_size_64_last_page_partial) {
 }
 
 TEST(KvSlotAllocator, ExhaustionErrorLeavesStateUnchanged) {
-  SlotAllocator a(4 * 6, 4);  // 5 usable pages
+  SlotAllocator a(4 * 6, 4);         // 5 usable pages
   std::vector<Ext> ext{{0, -1, 6}};  // pages 1, 2
   auto s = a.alloc_extend(ext);
   const SlotAllocator before = a;
@@ -162,7 +162,7 @@ TEST(KvSlotAllocator, DoubleFreeAndBadFreesAreErrorsThatChangeNothing) {
 TEST(KvSlotAllocator, FreeThenReallocLowestPageFirst) {
   SlotAllocator a(4 * 8, 4);
   std::vector<Ext> ext{{0, -1, 4}, {0, -1, 4}, {0, -1, 4}};
-  auto s = a.alloc_extend(ext);  // pages 1, 2, 3
+  auto s = a.alloc_extend(ext);                                // pages 1, 2, 3
   a.free(std::vector<int32_t>(s.begin() + 4, s.begin() + 8));  // page 2
   std::vector<Ext> one{{0, -1, 6}};
   EXPECT_EQ(a.alloc_extend(one), concat(range(8, 12), range(16, 18)));  // page 2 again, then page 4

@@ -106,8 +106,13 @@ TEST(KvStore, MhaMatchesReference) {
       fill_uniform(v, g, -4.f, 4.f);
       HostTensor loc = random_loc(g, n, slots, loc_dt);
       for (int layer = 0; layer < 2; ++layer) poison_view(pool.k(layer)), poison_view(pool.v(layer));
-      set_kv_buffer({.k = k.view, .v = v.view, .k_cache = pool.k(1), .v_cache = pool.v(1), .loc = loc.view,
-                     .k_scale = pool.k_scale(1), .v_scale = pool.v_scale(1)});
+      set_kv_buffer({.k = k.view,
+                     .v = v.view,
+                     .k_cache = pool.k(1),
+                     .v_cache = pool.v(1),
+                     .loc = loc.view,
+                     .k_scale = pool.k_scale(1),
+                     .v_scale = pool.v_scale(1)});
 
       const bool fp8 = cache_dt == DType::fp8_e4m3;
       std::vector<char> written(slots, 0);
@@ -166,9 +171,11 @@ TEST(KvStore, MhaOutOfRangeSlotIsAnErrorAndWritesNothing) {
       else loc.ptr<int64_t>()[3] = bad;
       poison_view(pool.k(0));
       poison_view(pool.v(0));
-      expect_error([&] {
-        set_kv_buffer({.k = k.view, .v = v.view, .k_cache = pool.k(0), .v_cache = pool.v(0), .loc = loc.view});
-      }, {"set_kv_buffer", "'loc'", "loc[3] = " + std::to_string(bad), "[0, 32)"});
+      expect_error(
+          [&] {
+            set_kv_buffer({.k = k.view, .v = v.view, .k_cache = pool.k(0), .v_cache = pool.v(0), .loc = loc.view});
+          },
+          {"set_kv_buffer", "'loc'", "loc[3] = " + std::to_string(bad), "[0, 32)"});
       EXPECT_TRUE(all_poison(static_cast<uint8_t*>(pool.k(0).data), pool.k(0).nbytes()));
       EXPECT_TRUE(all_poison(static_cast<uint8_t*>(pool.v(0).data), pool.v(0).nbytes()));
     }
@@ -183,7 +190,11 @@ TEST(KvStore, MhaBadArguments) {
   HostTensor k(DType::f32, {n, 2, 8}), v(DType::f32, {n, 2, 4}), loc(DType::i32, {n});
   StoreKvArgs ok{.k = k.view, .v = v.view, .k_cache = pool.k(0), .v_cache = pool.v(0), .loc = loc.view};
   EXPECT_NO_THROW(set_kv_buffer(ok));
-  auto with = [&](auto edit) { StoreKvArgs a = ok; edit(a); return [a] { set_kv_buffer(a); }; };
+  auto with = [&](auto edit) {
+    StoreKvArgs a = ok;
+    edit(a);
+    return [a] { set_kv_buffer(a); };
+  };
   HostTensor k3(DType::f32, {n, 3, 8}), ki(DType::i32, {n, 2, 8}), v5(DType::f32, {n + 1, 2, 4});
   HostTensor locf(DType::f32, {n}), loc5(DType::i32, {n + 1});
   expect_error(with([&](StoreKvArgs& a) { a.k = TensorView{}; }), {"'k' is required"});
@@ -316,15 +327,19 @@ TEST(KvStoreMla, OutOfRangeSlotAndBadArguments) {
   loc.ptr<int64_t>()[4] = 16;
   for (const MlaKvPool* p : {&bf, &f8}) {
     poison_view(p->cache(0));
-    expect_error([&] {
-      set_mla_kv_buffer({.kv_c = kv_c.view, .k_rope = k_rope.view, .cache = p->cache(0), .loc = loc.view});
-    }, {"set_mla_kv_buffer", "loc[4] = 16", "[0, 16)"});
+    expect_error(
+        [&] { set_mla_kv_buffer({.kv_c = kv_c.view, .k_rope = k_rope.view, .cache = p->cache(0), .loc = loc.view}); },
+        {"set_mla_kv_buffer", "loc[4] = 16", "[0, 16)"});
     EXPECT_TRUE(all_poison(static_cast<uint8_t*>(p->cache(0).data), p->cache(0).nbytes()));
   }
   loc.ptr<int64_t>()[4] = 3;
   StoreMlaArgs ok{.kv_c = kv_c.view, .k_rope = k_rope.view, .cache = bf.cache(0), .loc = loc.view};
   EXPECT_NO_THROW(set_mla_kv_buffer(ok));
-  auto with = [&](auto edit) { StoreMlaArgs a = ok; edit(a); return [a] { set_mla_kv_buffer(a); }; };
+  auto with = [&](auto edit) {
+    StoreMlaArgs a = ok;
+    edit(a);
+    return [a] { set_mla_kv_buffer(a); };
+  };
   HostTensor c256(DType::bf16, {n, 256}), r32(DType::bf16, {n, 64 - 32}), kf16(DType::f16, {n, 512});
   HostTensor bf656(DType::bf16, {16, 656}), u576(DType::u8, {16, 576}), f32c(DType::f32, {16, 576});
   HostTensor loc_short(DType::i64, {n - 1});
@@ -438,7 +453,11 @@ TEST(KvStoreIndexK, OutOfRangeSlotAndBadArguments) {
   loc.ptr<int32_t>()[2] = 7;
   StoreIndexKArgs ok{.k = k.view, .index_k_cache = pool.cache(0), .loc = loc.view, .page_size = 16};
   EXPECT_NO_THROW(set_index_k(ok));
-  auto with = [&](auto edit) { StoreIndexKArgs a = ok; edit(a); return [a] { set_index_k(a); }; };
+  auto with = [&](auto edit) {
+    StoreIndexKArgs a = ok;
+    edit(a);
+    return [a] { set_index_k(a); };
+  };
   HostTensor k64(DType::bf16, {n, 64}), kf16(DType::f16, {n, 128}), loc_i16(DType::u8, {n});
   expect_error(with([&](StoreIndexKArgs& a) { a.k = k64.view; }), {"'k'", "[4, 64]"});
   expect_error(with([&](StoreIndexKArgs& a) { a.k = kf16.view; }), {"'k'", "dtype f16"});

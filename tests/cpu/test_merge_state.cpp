@@ -90,7 +90,11 @@ TEST(MergeState, TwoHalvesOfTheKeysEqualFullAttention) {
       for (HostTensor* h : {&out_a, &out_b, &out, &lse_a, &lse_b, &lse}) poison(*h);
       run(split_of(c, zero, mid, out_a.view, lse_a.view).args);
       run(split_of(c, mid, end, out_b.view, lse_b.view).args);
-      MergeStateArgs m{.v_a = out_a.view, .s_a = lse_a.view, .v_b = out_b.view, .s_b = lse_b.view, .v_out = out.view,
+      MergeStateArgs m{.v_a = out_a.view,
+                       .s_a = lse_a.view,
+                       .v_b = out_b.view,
+                       .s_b = lse_b.view,
+                       .v_out = out.view,
                        .s_out = lse.view};
       if (t == DType::f64) {
         cpu::merge_state(m);
@@ -140,58 +144,62 @@ TEST(MergeState, InfinitePartsOfEitherSignContributeNothing) {
   auto g = rng_for_test();
   const int64_t tokens = 9, heads = 3, d = 40;
   for (float empty : {-INFINITY, INFINITY})
-  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
-    SCOPED_TRACE(empty);
-    HostTensor v_a(t, {tokens, heads, d}), v_b(t, {tokens, heads, d}), v_out(t, {tokens, heads, d});
-    HostTensor s_a(DType::f32, {tokens, heads}), s_b(DType::f32, {tokens, heads}), s_out(DType::f32, {tokens, heads});
-    fill_uniform(v_a, g);
-    fill_uniform(v_b, g);
-    fill_uniform(s_a, g, -5.f, 5.f);
-    fill_uniform(s_b, g, -5.f, 5.f);
-    // Tokens 0-2: a is -inf; 3-5: b is -inf; 6: both; 7-8: neither.
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t tok : {0, 1, 2, 6}) s_a.set(tok * heads + h, empty);
-      for (int64_t tok : {3, 4, 5}) s_b.set(tok * heads + h, empty);
-      s_b.set(6 * heads + h, -empty);
-    }
-    poison(v_out);
-    poison(s_out);
-    merge_state({.v_a = v_a.view, .s_a = s_a.view, .v_b = v_b.view, .s_b = s_b.view, .v_out = v_out.view,
-                 .s_out = s_out.view});
-    std::vector<double> got, want, got_s, want_s;
-    for (int64_t tok = 0; tok < tokens; ++tok) {
+    for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(empty);
+      HostTensor v_a(t, {tokens, heads, d}), v_b(t, {tokens, heads, d}), v_out(t, {tokens, heads, d});
+      HostTensor s_a(DType::f32, {tokens, heads}), s_b(DType::f32, {tokens, heads}), s_out(DType::f32, {tokens, heads});
+      fill_uniform(v_a, g);
+      fill_uniform(v_b, g);
+      fill_uniform(s_a, g, -5.f, 5.f);
+      fill_uniform(s_b, g, -5.f, 5.f);
+      // Tokens 0-2: a is -inf; 3-5: b is -inf; 6: both; 7-8: neither.
       for (int64_t h = 0; h < heads; ++h) {
-        std::vector<std::vector<double>> parts(2, std::vector<double>(static_cast<size_t>(d)));
-        for (int64_t e = 0; e < d; ++e) {
-          parts[0][size_t(e)] = v_a.get((tok * heads + h) * d + e);
-          parts[1][size_t(e)] = v_b.get((tok * heads + h) * d + e);
-        }
-        std::vector<double> v;
-        double s;
-        auto as_empty = [](double x) { return std::isinf(x) ? -INFINITY : x; };  // the reference's convention
-        reference_merge(parts, {as_empty(s_a.get(tok * heads + h)), as_empty(s_b.get(tok * heads + h))}, v, s);
-        for (int64_t e = 0; e < d; ++e) {
-          got.push_back(v_out.get((tok * heads + h) * d + e));
-          want.push_back(v[size_t(e)]);
-        }
-        got_s.push_back(s_out.get(tok * heads + h));
-        want_s.push_back(s);
-        if (tok < 6) {  // one part only: the other part's values, bit for bit
-          const HostTensor& only = tok < 3 ? v_b : v_a;
-          const HostTensor& only_s = tok < 3 ? s_b : s_a;
-          for (int64_t e = 0; e < d; ++e)
-            EXPECT_EQ(v_out.get((tok * heads + h) * d + e), only.get((tok * heads + h) * d + e));
-          EXPECT_EQ(s_out.get(tok * heads + h), only_s.get(tok * heads + h));
-        }
-        if (tok == 6) {
-          EXPECT_EQ(s_out.get(tok * heads + h), -INFINITY);
-          for (int64_t e = 0; e < d; ++e) EXPECT_EQ(v_out.get((tok * heads + h) * d + e), 0.f);
+        for (int64_t tok : {0, 1, 2, 6}) s_a.set(tok * heads + h, empty);
+        for (int64_t tok : {3, 4, 5}) s_b.set(tok * heads + h, empty);
+        s_b.set(6 * heads + h, -empty);
+      }
+      poison(v_out);
+      poison(s_out);
+      merge_state({.v_a = v_a.view,
+                   .s_a = s_a.view,
+                   .v_b = v_b.view,
+                   .s_b = s_b.view,
+                   .v_out = v_out.view,
+                   .s_out = s_out.view});
+      std::vector<double> got, want, got_s, want_s;
+      for (int64_t tok = 0; tok < tokens; ++tok) {
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<std::vector<double>> parts(2, std::vector<double>(static_cast<size_t>(d)));
+          for (int64_t e = 0; e < d; ++e) {
+            parts[0][size_t(e)] = v_a.get((tok * heads + h) * d + e);
+            parts[1][size_t(e)] = v_b.get((tok * heads + h) * d + e);
+          }
+          std::vector<double> v;
+          double s;
+          auto as_empty = [](double x) { return std::isinf(x) ? -INFINITY : x; };  // the reference's convention
+          reference_merge(parts, {as_empty(s_a.get(tok * heads + h)), as_empty(s_b.get(tok * heads + h))}, v, s);
+          for (int64_t e = 0; e < d; ++e) {
+            got.push_back(v_out.get((tok * heads + h) * d + e));
+            want.push_back(v[size_t(e)]);
+          }
+          got_s.push_back(s_out.get(tok * heads + h));
+          want_s.push_back(s);
+          if (tok < 6) {  // one part only: the other part's values, bit for bit
+            const HostTensor& only = tok < 3 ? v_b : v_a;
+            const HostTensor& only_s = tok < 3 ? s_b : s_a;
+            for (int64_t e = 0; e < d; ++e)
+              EXPECT_EQ(v_out.get((tok * heads + h) * d + e), only.get((tok * heads + h) * d + e));
+            EXPECT_EQ(s_out.get(tok * heads + h), only_s.get(tok * heads + h));
+          }
+          if (tok == 6) {
+            EXPECT_EQ(s_out.get(tok * heads + h), -INFINITY);
+            for (int64_t e = 0; e < d; ++e) EXPECT_EQ(v_out.get((tok * heads + h) * d + e), 0.f);
+          }
         }
       }
+      EXPECT_LE(rel_l2(got, want), tolerance_by_rule(0, t)) << dtype_name(t);
+      EXPECT_LE(rel_l2(got_s, want_s), tolerance_by_rule(0, DType::f32)) << dtype_name(t);
     }
-    EXPECT_LE(rel_l2(got, want), tolerance_by_rule(0, t)) << dtype_name(t);
-    EXPECT_LE(rel_l2(got_s, want_s), tolerance_by_rule(0, DType::f32)) << dtype_name(t);
-  }
 }
 
 TEST(MergeState, MergeStatesRandomWithNegInfAndNarrowOutput) {

@@ -22,9 +22,21 @@ const Targets kNoSm90{.sm90a = false};
 
 // b requests of q_len query rows over ctx keys, h_q 32 / h_kv 8 (group 4), pages of 16.
 Problem problem(int64_t b, int q_len, int64_t ctx, int d = 128, DType kv = DType::bf16) {
-  return Problem{.b = b, .total_q = b * q_len, .h_q = 32, .h_kv = 8, .d = d, .d_v = d, .num_pages = 1 << 16,
-                 .page_size = 16, .max_pages = (ctx + 15) / 16, .kv_token_stride = 8 * 128, .max_seqlen_q = q_len,
-                 .dtype = DType::bf16, .out_dtype = DType::bf16, .kv_dtype = kv, .descale = kv == DType::fp8_e4m3};
+  return Problem{.b = b,
+                 .total_q = b * q_len,
+                 .h_q = 32,
+                 .h_kv = 8,
+                 .d = d,
+                 .d_v = d,
+                 .num_pages = 1 << 16,
+                 .page_size = 16,
+                 .max_pages = (ctx + 15) / 16,
+                 .kv_token_stride = 8 * 128,
+                 .max_seqlen_q = q_len,
+                 .dtype = DType::bf16,
+                 .out_dtype = DType::bf16,
+                 .kv_dtype = kv,
+                 .descale = kv == DType::fp8_e4m3};
 }
 
 TEST(OpPlanAttention, DecodeLargeBatchOneSplitNoWorkspace) {
@@ -32,8 +44,8 @@ TEST(OpPlanAttention, DecodeLargeBatchOneSplitNoWorkspace) {
   EXPECT_EQ(p.kernel, Kernel::sm80);  // decode shapes stay on the portable kernel
   EXPECT_EQ(p.mt, 1);                 // 4 packed rows <= 16
   EXPECT_EQ(p.m_blocks, 1);
-  EXPECT_EQ(p.num_splits, 1);         // 64 x 8 CTAs fill 132 SMs x 2
-  EXPECT_EQ(p.stages, 3);             // d 128 bf16: 3 stages fit two CTAs per SM
+  EXPECT_EQ(p.num_splits, 1);  // 64 x 8 CTAs fill 132 SMs x 2
+  EXPECT_EQ(p.stages, 3);      // d 128 bf16: 3 stages fit two CTAs per SM
   EXPECT_EQ(p.smem, cuda::attn::smem_bytes(128, false, 1, 3));
   EXPECT_EQ(workspace_size(p), 0u);
 }

@@ -19,8 +19,15 @@ const DeviceCaps kA100{.num_sms = 108, .smem_per_block = 163 * 1024, .arch = 80}
 // ---- MLA -------------------------------------------------------------------------------------------
 
 cuda::mla::Problem mla(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64) {
-  return cuda::mla::Problem{.b = b, .total_q = b * q_len, .h_q = h_q, .d_v = 512, .d_rope = 64, .d_kv = 576,
-                            .num_pages = 4096, .page_size = page, .max_pages = (ctx + page - 1) / page,
+  return cuda::mla::Problem{.b = b,
+                            .total_q = b * q_len,
+                            .h_q = h_q,
+                            .d_v = 512,
+                            .d_rope = 64,
+                            .d_kv = 576,
+                            .num_pages = 4096,
+                            .page_size = page,
+                            .max_pages = (ctx + page - 1) / page,
                             .max_seqlen_q = q_len};
 }
 
@@ -78,8 +85,8 @@ TEST(OpPlanMla, CanImplementNamesWhatIsUnsupported) {
 // ---- Sparse MLA ------------------------------------------------------------------------------------
 
 cuda::sparse_mla_op::Problem sparse(int64_t rows, int h_q, int64_t topk, bool fp8) {
-  return cuda::sparse_mla_op::Problem{.rows = rows, .h_q = h_q, .d_qk = 576, .topk = topk,
-                                        .kv_dtype = fp8 ? DType::u8 : DType::bf16};
+  return cuda::sparse_mla_op::Problem{
+      .rows = rows, .h_q = h_q, .d_qk = 576, .topk = topk, .kv_dtype = fp8 ? DType::u8 : DType::bf16};
 }
 
 TEST(OpPlanSparseMla, HeadBlocksKernelsAndSplits) {

@@ -41,8 +41,8 @@ TEST(OutputChecks, ZeroStrideOutputIsAnErrorNamingIt) {
 
 TEST(OutputChecks, MergeStateRefusesBroadcastOutputs) {
   HostTensor v(DType::f32, {4, 2, 8}), s(DType::f32, {4, 2}), v_out(DType::f32, {4, 2, 8}), s_out(DType::f32, {4, 2});
-  MergeStateArgs a{.v_a = v.view, .s_a = s.view, .v_b = v.view, .s_b = s.view, .v_out = v_out.view,
-                   .s_out = s_out.view};
+  MergeStateArgs a{
+      .v_a = v.view, .s_a = s.view, .v_b = v.view, .s_b = s.view, .v_out = v_out.view, .s_out = s_out.view};
   EXPECT_NO_THROW(merge_state(a));
   MergeStateArgs bad = a;
   bad.v_out = broadcast_rows(v_out.view);

@@ -47,7 +47,8 @@ TEST(PlanDense, DecodeExample) {
 TEST(PlanDense, PageTableIsStridedReqToToken) {
   const int P = 4, ctx = 32;
   std::vector<int32_t> r2t(2 * ctx);
-  for (int p = 0; p < ctx; ++p) r2t[std::size_t(p)] = (7 + p / P) * P + p % P, r2t[std::size_t(ctx + p)] = (20 - p / P) * P + p % P;
+  for (int p = 0; p < ctx; ++p)
+    r2t[std::size_t(p)] = (7 + p / P) * P + p % P, r2t[std::size_t(ctx + p)] = (20 - p / P) * P + p % P;
   DensePlanner planner(DensePlanConfig{.page_size = P}, Device::cpu());
   planner.init(kCap);
   TestBatch b;
@@ -156,7 +157,7 @@ TEST(PlanDense, SlidingWindow) {
 TEST(PlanDense, RandomBatchesEveryMode) {
   auto g = rng_for_test();
   const SpeculativeConfig spec{.draft_token_num = 4, .num_steps = 5, .step_id = 3};
-  const ForwardMode modes[] = {ForwardMode::decode, ForwardMode::extend, ForwardMode::draft_decode,
+  const ForwardMode modes[] = {ForwardMode::decode,        ForwardMode::extend,       ForwardMode::draft_decode,
                                ForwardMode::target_verify, ForwardMode::draft_extend, ForwardMode::idle};
   for (int P : {1, 2, 16})
     for (ForwardMode mode : modes)
@@ -166,7 +167,8 @@ TEST(PlanDense, RandomBatchesEveryMode) {
         DensePlanner planner(cfg, Device::cpu());
         planner.init({.max_bs = 16, .max_num_tokens = 16 * 48, .max_context_len = 160});  // bs x max_q
         const int bs = mode == ForwardMode::idle ? 0 : rand_int(g, 1, 16);
-        TestBatch b = random_batch(g, mode, bs, {.max_ctx = 160, .max_q = 48, .prefix = iter % 2 == 0, .spec = spec}, pool);
+        TestBatch b =
+            random_batch(g, mode, bs, {.max_ctx = 160, .max_q = 48, .prefix = iter % 2 == 0, .spec = spec}, pool);
         SCOPED_TRACE("page " + std::to_string(P) + " iter " + std::to_string(iter));
         check_dense(planner.plan(b.spec(pool.view())), b, pool, cfg);
         // The same planner again, another batch: buffers are reused.
@@ -184,8 +186,7 @@ TEST(PlanDense, MultiStepPlansEveryDraftStep) {
     DenseMultiStepPlanner ms(cfg, Device::cpu());
     ms.init({.max_bs = 6, .max_num_tokens = 64, .max_context_len = 64});
     ASSERT_EQ(ms.num_plans(), steps - 1);
-    TestBatch b = random_batch(g, ForwardMode::draft_decode, 6,
-                               {.max_ctx = 64, .spec = {.num_steps = steps}}, pool);
+    TestBatch b = random_batch(g, ForwardMode::draft_decode, 6, {.max_ctx = 64, .spec = {.num_steps = steps}}, pool);
     const auto& plans = ms.plan(b.spec(pool.view()));
     ASSERT_EQ(int(plans.size()), steps - 1);
     for (int i = 0; i < steps - 1; ++i) {
@@ -223,8 +224,10 @@ TEST(PlanDense, DraftDecodeTableMayEndAtSeqLens) {
     b.drafts = P == 1 ? std::vector<int32_t>{900, 901, 910, 911} : std::vector<int32_t>{80, 81, 203, 92};
     const DenseMetadata& m = planner.plan(b.spec(t.view()));
     if (P == 1)
-      EXPECT_EQ(read_i32(m.page_table), (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 900, 901, 200, 201, 202, 910, 911, 0, 0, 0}));
-    else  // pages: request 0 = 50, 51, 52 then the draft page 40; request 1 = 100, 101 (draft 203 completes page 101), 46
+      EXPECT_EQ(read_i32(m.page_table),
+                (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 900, 901, 200, 201, 202, 910, 911, 0, 0, 0}));
+    else  // pages: request 0 = 50, 51, 52 then the draft page 40; request 1 = 100, 101 (draft 203 completes page 101),
+          // 46
       EXPECT_EQ(read_i32(m.page_table), (std::vector<int32_t>{50, 51, 52, 40, 100, 101, 46, 0}));
   }
 }

@@ -23,8 +23,13 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
 
 // Every view's address, shape and full contents, and the host fields.
 std::vector<int64_t> dump(const DenseMetadata& m) {
-  std::vector<int64_t> v{int(m.mode), m.batch_size, m.num_q_rows, m.max_seq_len_q, m.max_seq_len_k,
-                         m.local_attn_metadata.num_virtual_batches, m.local_attn_metadata.local_max_query_len};
+  std::vector<int64_t> v{int(m.mode),
+                         m.batch_size,
+                         m.num_q_rows,
+                         m.max_seq_len_q,
+                         m.max_seq_len_k,
+                         m.local_attn_metadata.num_virtual_batches,
+                         m.local_attn_metadata.local_max_query_len};
   for (const TensorView* t : {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table,
                               &m.local_attn_metadata.local_query_start_loc, &m.local_attn_metadata.local_seqused_k,
                               &m.local_attn_metadata.local_block_table}) {
@@ -37,9 +42,9 @@ std::vector<int64_t> dump(const DenseMetadata& m) {
 std::vector<int64_t> dump(const SparseMetadata& m) {
   std::vector<int64_t> v{int(m.mode), m.batch_size, m.num_rows, m.max_seq_len_q, m.max_seq_len_k};
   v.insert(v.end(), m.nsa_extend_seq_lens_list.begin(), m.nsa_extend_seq_lens_list.end());
-  for (const TensorView* t : {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table_1,
-                              &m.real_page_table, &m.nsa_seqlens_expanded, &m.nsa_cache_seqlens_int32,
-                              &m.nsa_cu_seqlens_q, &m.nsa_cu_seqlens_k}) {
+  for (const TensorView* t :
+       {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table_1, &m.real_page_table,
+        &m.nsa_seqlens_expanded, &m.nsa_cache_seqlens_int32, &m.nsa_cu_seqlens_q, &m.nsa_cu_seqlens_k}) {
     v.push_back(int64_t(reinterpret_cast<intptr_t>(t->data)));
     v.push_back(t->numel());
     for (int32_t x : read_i32(*t)) v.push_back(x);
@@ -68,8 +73,8 @@ std::vector<BadCase> bad_cases() {
        [](TestBatch& b) { b.pre[0] = 40, b.seq[0] = 20; }, M::extend},
       {"inconsistent_lengths", "inconsistent lengths for request 1", [](TestBatch& b) { b.seq[1] += 1; }, M::extend},
       {"negative_prefix", "extend_prefix_lens[0] = -2 is negative", [](TestBatch& b) { b.pre[0] = -2; }, M::extend},
-      {"zero_extend", "extend_seq_lens[1] = 0 must be >= 1",
-       [](TestBatch& b) { b.seq[1] -= b.ext[1], b.ext[1] = 0; }, M::extend},
+      {"zero_extend", "extend_seq_lens[1] = 0 must be >= 1", [](TestBatch& b) { b.seq[1] -= b.ext[1], b.ext[1] = 0; },
+       M::extend},
       {"missing_prefix_lens", "extend_prefix_lens has 0 entries", [](TestBatch& b) { b.pre.clear(); }, M::extend},
       {"pool_size_mismatch", "req_pool_indices has 1 entries, expected 2", [](TestBatch& b) { b.pool.pop_back(); },
        M::decode},
@@ -85,7 +90,10 @@ std::vector<BadCase> bad_cases() {
       {"context_over_capacity", "more than capacity max_context_len 48", [](TestBatch& b) { b.seq[0] = kCtx - 1; },
        M::target_verify},
       {"tokens_over_capacity", "exceed capacity max_num_tokens 32",
-       [](TestBatch& b) { b.seq = {30, 30}, b.ext = {17, 16}, b.pre = {13, 14}; }, M::extend},
+       [](TestBatch& b) {
+         b.seq = {30, 30}, b.ext = {17, 16}, b.pre = {13, 14};
+       },
+       M::extend},
       {"draft_slots_size", "draft_slots has 5 entries, expected 6", [](TestBatch& b) { b.drafts.pop_back(); },
        M::draft_decode},
       {"draft_slot_negative", "draft_slots[0, 1] = -3 is negative", [](TestBatch& b) { b.drafts[1] = -3; },
@@ -107,7 +115,8 @@ TestBatch good_batch(ForwardMode mode, TestPool& pool) {
   if (mode == ForwardMode::draft_decode) {
     b.num_steps = kSpec.num_steps;
     for (int r = 0; r < 2; ++r)
-      for (int s = 0; s < b.num_steps; ++s) b.drafts.push_back(pool.slot(b.pool[std::size_t(r)], b.seq[std::size_t(r)] + s));
+      for (int s = 0; s < b.num_steps; ++s)
+        b.drafts.push_back(pool.slot(b.pool[std::size_t(r)], b.seq[std::size_t(r)] + s));
   }
   return b;
 }
@@ -140,7 +149,9 @@ void run_bad_cases(const Config& cfg, TestPool& pool, const char* prefix) {
     if (graph && c.name != "idle_with_requests") {
       const bool too_big = bad.bs() > 4;
       expect_error([&] { graph_planner.replay(4, c.mode, bad.spec(pool.view())); },
-                   too_big ? "does not fit the graph captured for 4" : c.replay_needle.empty() ? c.needle : c.replay_needle);
+                   too_big                   ? "does not fit the graph captured for 4"
+                   : c.replay_needle.empty() ? c.needle
+                                             : c.replay_needle);
       EXPECT_EQ(dump(*cap), cap_before) << "a failed replay changed the captured state";
     }
   }
@@ -157,8 +168,7 @@ TEST(PlanErrors, DenseBadBatches) {
 TEST(PlanErrors, SparseBadBatches) {
   auto g = rng_for_test();
   TestPool pool(4, kCtx, 1, g);
-  run_bad_cases<SparsePlanner>(SparsePlanConfig{.page_size = 1, .topk = 5, .spec = kSpec}, pool,
-                               "SparsePlanner::plan");
+  run_bad_cases<SparsePlanner>(SparsePlanConfig{.page_size = 1, .topk = 5, .spec = kSpec}, pool, "SparsePlanner::plan");
 }
 
 TEST(PlanErrors, BadConfigAndCapacity) {
@@ -225,10 +235,19 @@ TEST(PlanErrors, BadReqToToken) {
   TestBatch b;
   b.mode = ForwardMode::decode, b.seq = {9}, b.pool = {0};
   expect_error([&] { p.plan(b.spec(TensorView{})); }, "req_to_token is required");
-  expect_error([&] { p.plan(b.spec(TensorView::contiguous(wide.data(), DType::i64, {4, kCtx}))); },
-               "req_to_token must be a 2-D i32 table, got i64");
-  expect_error([&] { p.plan(b.spec(TensorView::contiguous(narrow.data(), DType::i32, {4, 8}))); },
-               "request 0 needs 9 positions of req_to_token, whose rows hold 8");
-  expect_error([&] { p.plan(b.spec(TensorView::contiguous(narrow.data(), DType::i32, {4, 8}, Device::cuda(0)))); },
-               "req_to_token is on cuda:0, the planner on cpu");
+  expect_error(
+      [&] {
+        p.plan(b.spec(TensorView::contiguous(wide.data(), DType::i64, {4, kCtx})));
+      },
+      "req_to_token must be a 2-D i32 table, got i64");
+  expect_error(
+      [&] {
+        p.plan(b.spec(TensorView::contiguous(narrow.data(), DType::i32, {4, 8})));
+      },
+      "request 0 needs 9 positions of req_to_token, whose rows hold 8");
+  expect_error(
+      [&] {
+        p.plan(b.spec(TensorView::contiguous(narrow.data(), DType::i32, {4, 8}, Device::cuda(0))));
+      },
+      "req_to_token is on cuda:0, the planner on cpu");
 }

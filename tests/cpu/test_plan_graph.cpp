@@ -30,9 +30,9 @@ std::vector<int64_t> layout_of(const DenseMetadata& m) {
 }
 std::vector<int64_t> layout_of(const SparseMetadata& m) {
   std::vector<int64_t> v{m.batch_size, m.num_rows, m.max_seq_len_q, m.max_seq_len_k};
-  for (const TensorView* t : {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table_1,
-                              &m.real_page_table, &m.nsa_seqlens_expanded, &m.nsa_cache_seqlens_int32,
-                              &m.nsa_cu_seqlens_q, &m.nsa_cu_seqlens_k})
+  for (const TensorView* t :
+       {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table_1, &m.real_page_table,
+        &m.nsa_seqlens_expanded, &m.nsa_cache_seqlens_int32, &m.nsa_cu_seqlens_q, &m.nsa_cu_seqlens_k})
     add_view(v, *t);
   return v;
 }
@@ -52,8 +52,8 @@ TEST(PlanGraph, DenseReplayEqualsFreshPlan) {
       for (ForwardMode mode : kCapturable) {
         SCOPED_TRACE(std::string(to_string(mode)) + " page " + std::to_string(P) + " chunk " + std::to_string(chunk));
         TestPool pool(16, kCtx, P, g);
-        DensePlanConfig cfg{.page_size = P, .attention_chunk_size = chunk, .sliding_window_size = chunk ? -1 : 32,
-                            .spec = kSpec};
+        DensePlanConfig cfg{
+            .page_size = P, .attention_chunk_size = chunk, .sliding_window_size = chunk ? -1 : 32, .spec = kSpec};
         DensePlanner graph(cfg, Device::cpu()), fresh(cfg, Device::cpu());
         graph.init(kCap);
         fresh.init(kCap);
@@ -231,7 +231,8 @@ TEST(PlanGraph, MultiStepCaptureReplay) {
     const std::vector<const DenseMetadata*> caps = ms.capture(5);
     ASSERT_EQ(caps.size(), 3u);
     for (int round = 0; round < 2; ++round) {
-      TestBatch b = random_batch(g, ForwardMode::draft_decode, round ? 2 : 5, {.max_ctx = kCtx, .spec = cfg.spec}, pool);
+      TestBatch b =
+          random_batch(g, ForwardMode::draft_decode, round ? 2 : 5, {.max_ctx = kCtx, .spec = cfg.spec}, pool);
       const auto& reps = ms.replay(5, b.spec(pool.view()));
       ASSERT_EQ(reps, caps);
       for (int i = 0; i < 3; ++i) {

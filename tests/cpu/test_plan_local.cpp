@@ -48,8 +48,7 @@ TEST(PlanLocal, SeedWorkedExampleBlockTablePage2) {
   TestBatch tb;
   tb.mode = ForwardMode::extend;
   tb.seq = {6, 17, 9}, tb.ext = {4, 10, 5}, tb.pre = {2, 7, 4}, tb.pool = {0, 1, 2};
-  const DenseMetadata& m =
-      planner.plan(tb.spec(TensorView::contiguous(r2t.data(), DType::i32, {3, ctx})));
+  const DenseMetadata& m = planner.plan(tb.spec(TensorView::contiguous(r2t.data(), DType::i32, {3, ctx})));
   ASSERT_TRUE(m.has_local_attn);
   const LocalAttentionMetadata& la = m.local_attn_metadata;
   EXPECT_EQ(la.effective_chunk_size, 4);
@@ -66,11 +65,11 @@ TEST(PlanLocal, SeedWorkedExampleBlockTablePage2) {
 
 TEST(PlanLocal, EffectiveChunkRule) {
   using plan_detail::effective_chunk_size;
-  EXPECT_EQ(effective_chunk_size(4, 17, 2), 4);        // longest request beyond the chunk
-  EXPECT_EQ(effective_chunk_size(8192, 5, 1), 5);      // page 1: min(chunk, max len), as the seed
-  EXPECT_EQ(effective_chunk_size(8192, 10, 4), 12);    // rounded UP to a page (the seed: down, to 8)
+  EXPECT_EQ(effective_chunk_size(4, 17, 2), 4);      // longest request beyond the chunk
+  EXPECT_EQ(effective_chunk_size(8192, 5, 1), 5);    // page 1: min(chunk, max len), as the seed
+  EXPECT_EQ(effective_chunk_size(8192, 10, 4), 12);  // rounded UP to a page (the seed: down, to 8)
   EXPECT_EQ(effective_chunk_size(8192, 12, 4), 12);
-  EXPECT_EQ(effective_chunk_size(8, 0, 4), 4);         // at least one page
+  EXPECT_EQ(effective_chunk_size(8, 0, 4), 4);  // at least one page
   EXPECT_EQ(effective_chunk_size(16, 15, 16), 16);
 }
 
@@ -112,9 +111,9 @@ TEST(PlanLocal, RandomBatchesEveryRowSeesItsChunk) {
   for (int iter = 0; iter < 40; ++iter) {
     const int P = std::vector<int>{1, 2, 4, 8}[std::size_t(iter % 4)];
     const int C = P * rand_int(g, 1, 6);
-    const ForwardMode mode = std::vector<ForwardMode>{ForwardMode::extend, ForwardMode::decode,
-                                                      ForwardMode::target_verify, ForwardMode::draft_extend,
-                                                      ForwardMode::draft_decode}[std::size_t(iter % 5)];
+    const ForwardMode mode =
+        std::vector<ForwardMode>{ForwardMode::extend, ForwardMode::decode, ForwardMode::target_verify,
+                                 ForwardMode::draft_extend, ForwardMode::draft_decode}[std::size_t(iter % 5)];
     TestPool pool(12, 96, P, g);
     DensePlanConfig cfg{.page_size = P, .attention_chunk_size = C, .spec = spec};
     DensePlanner planner(cfg, Device::cpu());

@@ -39,8 +39,7 @@ TEST(PlanSparse, ExtendExpandedExample) {
   EXPECT_EQ(m.max_seq_len_q, 3);
   EXPECT_EQ(m.max_seq_len_k, 5);
   EXPECT_EQ(m.nsa_max_seqlen_q, 1);
-  EXPECT_EQ(read_i32(m.page_table_1),
-            (std::vector<int32_t>{100, 101, 102, 103, 104, 300, 301, 302, 303, 0}));
+  EXPECT_EQ(read_i32(m.page_table_1), (std::vector<int32_t>{100, 101, 102, 103, 104, 300, 301, 302, 303, 0}));
   EXPECT_EQ(m.real_page_table.data, m.page_table_1.data);
 }
 
@@ -125,7 +124,7 @@ TEST(PlanSparse, ClippedRampSumMatchesLoop) {
 TEST(PlanSparse, RandomBatchesEveryMode) {
   auto g = rng_for_test();
   const SpeculativeConfig spec{.draft_token_num = 3, .num_steps = 4, .step_id = 2};
-  const ForwardMode modes[] = {ForwardMode::decode, ForwardMode::extend, ForwardMode::draft_decode,
+  const ForwardMode modes[] = {ForwardMode::decode,        ForwardMode::extend,       ForwardMode::draft_decode,
                                ForwardMode::target_verify, ForwardMode::draft_extend, ForwardMode::idle};
   for (int P : {1, 4, 64})
     for (ForwardMode mode : modes)
@@ -135,7 +134,8 @@ TEST(PlanSparse, RandomBatchesEveryMode) {
         SparsePlanner planner(cfg, Device::cpu());
         planner.init({.max_bs = 16, .max_num_tokens = 600, .max_context_len = 200});
         const int bs = mode == ForwardMode::idle ? 0 : rand_int(g, 1, 16);
-        TestBatch b = random_batch(g, mode, bs, {.max_ctx = 200, .max_q = 36, .prefix = iter % 2 == 0, .spec = spec}, pool);
+        TestBatch b =
+            random_batch(g, mode, bs, {.max_ctx = 200, .max_q = 36, .prefix = iter % 2 == 0, .spec = spec}, pool);
         SCOPED_TRACE("page " + std::to_string(P) + " topk " + std::to_string(cfg.topk));
         check_sparse(planner.plan(b.spec(pool.view())), b, pool, cfg);
         TestBatch b2 = random_batch(g, mode, bs, {.max_ctx = 200, .max_q = 36, .spec = spec}, pool);

@@ -89,7 +89,8 @@ TEST(PlanTransform, WithPlannerMetadata) {
     const std::vector<int32_t> exp = read_i32(m.nsa_seqlens_expanded);
     std::vector<int32_t> idx(std::size_t(m.num_rows) * 8), out(idx.size());
     for (int i = 0; i < m.num_rows; ++i)
-      for (int j = 0; j < 8; ++j) idx[std::size_t(i * 8 + j)] = j < exp[std::size_t(i)] ? rand_int(g, 0, exp[std::size_t(i)] - 1) : -1;
+      for (int j = 0; j < 8; ++j)
+        idx[std::size_t(i * 8 + j)] = j < exp[std::size_t(i)] ? rand_int(g, 0, exp[std::size_t(i)] - 1) : -1;
     TransformIndexArgs a{.page_table_1 = m.page_table_1,
                          .topk_indices = TensorView::contiguous(idx.data(), DType::i32, {m.num_rows, 8}),
                          .out = TensorView::contiguous(out.data(), DType::i32, {m.num_rows, 8})};
@@ -120,10 +121,12 @@ TEST(PlanTransform, BadArguments) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error({.page_table_1 = v(t, {3, 4}), .topk_indices = v(i, {3, 2}), .out = v(o, {2, 3})}, "'out' has shape [2, 3]");
+  expect_error({.page_table_1 = v(t, {3, 4}), .topk_indices = v(i, {3, 2}), .out = v(o, {2, 3})},
+               "'out' has shape [2, 3]");
   expect_error({.page_table_1 = v(t, {2, 6}), .topk_indices = v(i, {3, 2}), .out = v(o, {3, 2})},
                "one 'page_table_1' row per query row");
-  expect_error({.page_table_1 = v(t, {3, 4}), .topk_indices = v(i, {3, 2}), .out = v(o, {3, 2}), .cu_seqlens_q = v(cu, {2})},
-               "'cu_seqlens_q' has shape [2]");
+  expect_error(
+      {.page_table_1 = v(t, {3, 4}), .topk_indices = v(i, {3, 2}), .out = v(o, {3, 2}), .cu_seqlens_q = v(cu, {2})},
+      "'cu_seqlens_q' has shape [2]");
   expect_error({.page_table_1 = v(t, {3, 4}), .topk_indices = {}, .out = v(o, {3, 2})}, "'topk_indices' is required");
 }

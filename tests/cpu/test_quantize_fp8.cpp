@@ -15,7 +15,7 @@ namespace {
 double expected_scale(double amax) {
   const double a = std::max(amax, double(1e-4f));
   double s = std::ldexp(1.0, int(std::ceil(std::log2(a / 448.0))));
-  while (a / s > 448.0) s *= 2;       // guard log2 rounding
+  while (a / s > 448.0) s *= 2;  // guard log2 rounding
   while (a / (s / 2) <= 448.0) s /= 2;
   return s;
 }
@@ -41,7 +41,8 @@ void check_quantized(const HostTensor& x, const HostTensor& out, const HostTenso
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t gi = 0; gi < dim / group; ++gi) {
       double amax = 0;
-      for (int64_t c = gi * group; c < (gi + 1) * group; ++c) amax = std::max(amax, std::fabs(double(x.get(r * dim + c))));
+      for (int64_t c = gi * group; c < (gi + 1) * group; ++c)
+        amax = std::max(amax, std::fabs(double(x.get(r * dim + c))));
       const double scale = scales.get(r * (dim / group) + gi);
       ASSERT_EQ(scale, expected_scale(amax)) << "row " << r << " group " << gi << " amax " << amax;
       for (int64_t c = gi * group; c < (gi + 1) * group; ++c) {
@@ -134,6 +135,8 @@ TEST(QuantizeFp8, BadArgumentsNameTheArgument) {
   expect_error([&] { quantize_fp8_groups({.x = x.view, .out = bad_out.view, .scales = scales.view}); }, "'out'");
   expect_error([&] { quantize_fp8_groups({.x = x.view, .out = out.view, .scales = bad_scales.view}); }, "'scales'");
   expect_error([&] { quantize_fp8_groups({.x = xi.view, .out = out.view, .scales = scales.view}); }, "'x'");
-  expect_error([&] { quantize_fp8_groups({.x = x.view, .out = out.view, .scales = scales.view, .group = 0}); }, "'group'");
-  expect_error([&] { quantize_fp8_groups({.x = x.view, .out = out.view, .scales = scales.view, .group = 96}); }, "'group'");
+  expect_error([&] { quantize_fp8_groups({.x = x.view, .out = out.view, .scales = scales.view, .group = 0}); },
+               "'group'");
+  expect_error([&] { quantize_fp8_groups({.x = x.view, .out = out.view, .scales = scales.view, .group = 96}); },
+               "'group'");
 }

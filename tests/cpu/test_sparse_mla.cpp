@@ -41,15 +41,22 @@ void expect_within_rule(SparseMlaProblem& p) {
 
 TEST(SparseMla, Fp64MatchesBruteForceBf16Cache) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 5, .h_q = 16, .num_slots = 300, .topk = 96, .dtype = DType::f64,
-                                    .with_topk_length = true, .with_sink = true}, g);
+  auto p = make_sparse_mla_problem({.rows = 5,
+                                    .h_q = 16,
+                                    .num_slots = 300,
+                                    .topk = 96,
+                                    .dtype = DType::f64,
+                                    .with_topk_length = true,
+                                    .with_sink = true},
+                                   g);
   expect_fp64_matches(p);
 }
 
 TEST(SparseMla, Fp64MatchesBruteForceFp8Cache) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 4, .h_q = 24, .num_slots = 257, .topk = 128, .fp8 = true,
-                                    .dtype = DType::f64, .with_topk_length = true}, g);
+  auto p = make_sparse_mla_problem(
+      {.rows = 4, .h_q = 24, .num_slots = 257, .topk = 128, .fp8 = true, .dtype = DType::f64, .with_topk_length = true},
+      g);
   expect_fp64_matches(p);
 }
 
@@ -61,23 +68,31 @@ TEST(SparseMla, F32WithinToleranceRuleBf16Cache) {
 
 TEST(SparseMla, F32WithinToleranceRuleFp8Cache) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 6, .h_q = 16, .num_slots = 400, .topk = 128, .fp8 = true,
-                                    .with_topk_length = true, .with_sink = true}, g);
+  auto p = make_sparse_mla_problem(
+      {.rows = 6, .h_q = 16, .num_slots = 400, .topk = 128, .fp8 = true, .with_topk_length = true, .with_sink = true},
+      g);
   expect_within_rule(p);
 }
 
 TEST(SparseMla, F32SharpSoftmax) {
   // A large scale makes a few keys dominate: exercises the max subtraction.
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 4, .h_q = 8, .num_slots = 300, .topk = 100, .fp8 = true,
-                                    .softmax_scale = 2.f}, g);
+  auto p = make_sparse_mla_problem(
+      {.rows = 4, .h_q = 8, .num_slots = 300, .topk = 100, .fp8 = true, .softmax_scale = 2.f}, g);
   expect_within_rule(p);
 }
 
 TEST(SparseMla, Bf16OutputRounding) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 4, .h_q = 16, .num_slots = 300, .topk = 80, .fp8 = true,
-                                    .dtype = DType::bf16, .with_topk_length = true, .with_sink = true}, g);
+  auto p = make_sparse_mla_problem({.rows = 4,
+                                    .h_q = 16,
+                                    .num_slots = 300,
+                                    .topk = 80,
+                                    .fp8 = true,
+                                    .dtype = DType::bf16,
+                                    .with_topk_length = true,
+                                    .with_sink = true},
+                                   g);
   expect_within_rule(p);
   // Same values held in f32: the bf16 output is exactly the float32 result rounded to bf16.
   SparseMlaCase c32 = p.c;
@@ -101,8 +116,13 @@ TEST(SparseMla, HeadCounts) {
   for (int64_t h_q : {16, 32, 64, 128}) {
     SCOPED_TRACE("h_q " + std::to_string(h_q));
     auto g = rng_for_test();
-    auto p = make_sparse_mla_problem({.rows = h_q == 128 ? 1 : 2, .h_q = h_q, .num_slots = 150, .topk = 64,
-                                      .fp8 = h_q % 32 == 0, .with_sink = h_q == 64}, g);
+    auto p = make_sparse_mla_problem({.rows = h_q == 128 ? 1 : 2,
+                                      .h_q = h_q,
+                                      .num_slots = 150,
+                                      .topk = 64,
+                                      .fp8 = h_q % 32 == 0,
+                                      .with_sink = h_q == 64},
+                                     g);
     expect_within_rule(p);
   }
 }
@@ -115,8 +135,8 @@ TEST(SparseMla, OddHeadCount) {
 
 TEST(SparseMla, TopkNotMultipleOf64) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 7, .h_q = 16, .num_slots = 90, .topk = 37, .fp8 = true,
-                                    .with_topk_length = true}, g);
+  auto p = make_sparse_mla_problem(
+      {.rows = 7, .h_q = 16, .num_slots = 90, .topk = 37, .fp8 = true, .with_topk_length = true}, g);
   expect_within_rule(p);
   auto p64 = make_sparse_mla_problem({.rows = 3, .h_q = 8, .num_slots = 90, .topk = 37, .dtype = DType::f64}, g);
   expect_fp64_matches(p64);
@@ -125,8 +145,8 @@ TEST(SparseMla, TopkNotMultipleOf64) {
 TEST(SparseMla, StridedViews) {
   // q and out padded per head and per row, kv rows wider than a slot, indices rows wider than topk.
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 3, .h_q = 8, .num_slots = 120, .topk = 50, .fp8 = true,
-                                    .with_topk_length = true, .with_sink = true}, g);
+  auto p = make_sparse_mla_problem(
+      {.rows = 3, .h_q = 8, .num_slots = 120, .topk = 50, .fp8 = true, .with_topk_length = true, .with_sink = true}, g);
   HostTensor q_big(DType::f32, {3, 10, 600}), out_big(DType::f32, {3, 9, 520}), kv_big(DType::u8, {120, 700});
   HostTensor idx_big(DType::i32, {3, 64}), lse_big(DType::f32, {3, 12});
   fill_uniform(q_big, g);
@@ -134,8 +154,7 @@ TEST(SparseMla, StridedViews) {
   for (int64_t r = 0; r < 3; ++r)
     for (int64_t h = 0; h < 8; ++h)
       for (int64_t d = 0; d < 576; ++d) q_big.set((r * 10 + h) * 600 + d, p.q.get((r * 8 + h) * 576 + d));
-  for (int64_t s = 0; s < 120; ++s)
-    std::memcpy(kv_big.ptr<uint8_t>() + s * 700, p.kv.ptr<uint8_t>() + s * 656, 656);
+  for (int64_t s = 0; s < 120; ++s) std::memcpy(kv_big.ptr<uint8_t>() + s * 700, p.kv.ptr<uint8_t>() + s * 656, 656);
   for (int64_t r = 0; r < 3; ++r)
     for (int64_t i = 0; i < 50; ++i) idx_big.ptr<int32_t>()[r * 64 + i] = p.index_ptr()[r * 50 + i];
   poison(out_big);
@@ -166,8 +185,8 @@ TEST(SparseMla, StridedViews) {
 TEST(SparseMla, HeadBlockSplitMatchesWholeRows) {
   // One row is split across head blocks (to use every core); the bits match the many-row run.
   auto g = rng_for_test();
-  auto many = make_sparse_mla_problem({.rows = 16, .h_q = 64, .num_slots = 100, .topk = 40, .fp8 = true,
-                                       .with_sink = true}, g);
+  auto many =
+      make_sparse_mla_problem({.rows = 16, .h_q = 64, .num_slots = 100, .topk = 40, .fp8 = true, .with_sink = true}, g);
   run_sparse_mla(many);
   SparseMlaArgs one = many.args();
   HostTensor out(DType::f32, {1, 64, 512}), lse(DType::f32, {1, 64}), mx(DType::f32, {1, 64});
@@ -185,8 +204,9 @@ TEST(SparseMla, HeadBlockSplitMatchesWholeRows) {
 
 TEST(SparseMla, RepeatRunsIdenticalBits) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 5, .h_q = 16, .num_slots = 200, .topk = 64, .fp8 = true,
-                                    .with_topk_length = true, .with_sink = true}, g);
+  auto p = make_sparse_mla_problem(
+      {.rows = 5, .h_q = 16, .num_slots = 200, .topk = 64, .fp8 = true, .with_topk_length = true, .with_sink = true},
+      g);
   run_sparse_mla(p);
   HostTensor out = p.out, lse = p.lse, mx = p.max_logits;
   run_sparse_mla(p);
@@ -219,16 +239,21 @@ TEST(SparseMla, Fp8GatherMatchesDecodeFp8MlaToken) {
 TEST(SparseMla, DISABLED_DeepSeekShapeTiming) {
   auto g = rng_for_test();
   for (bool fp8 : {true, false}) {
-    auto p = make_sparse_mla_problem({.rows = 4, .h_q = 128, .num_slots = 8192, .topk = 2048, .fp8 = fp8,
-                                      .dtype = DType::bf16, .invalid_fraction = 0.0, .softmax_scale = 0.135234f},
+    auto p = make_sparse_mla_problem({.rows = 4,
+                                      .h_q = 128,
+                                      .num_slots = 8192,
+                                      .topk = 2048,
+                                      .fp8 = fp8,
+                                      .dtype = DType::bf16,
+                                      .invalid_fraction = 0.0,
+                                      .softmax_scale = 0.135234f},
                                      g);
     run_sparse_mla(p);
     const auto t0 = std::chrono::steady_clock::now();
     run_sparse_mla(p);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double flop = 4.0 * 128 * 2048 * 2 * (576 + 512);
-    std::cout << (fp8 ? "fp8" : "bf16") << " cache: " << s / 4 * 1e3 << " ms/row, " << flop / s * 1e-9
-              << " GFLOP/s\n";
+    std::cout << (fp8 ? "fp8" : "bf16") << " cache: " << s / 4 * 1e3 << " ms/row, " << flop / s * 1e-9 << " GFLOP/s\n";
     expect_all_written(p);
   }
 }

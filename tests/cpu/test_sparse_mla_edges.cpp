@@ -68,8 +68,8 @@ TEST(SparseMlaEdges, AllIndicesInvalid) {
   for (bool sink : {false, true}) {
     for (const auto& fill : fills) {
       SCOPED_TRACE("first value " + std::to_string(fill[0]) + (sink ? " with sink" : ""));
-      auto p = make_sparse_mla_problem({.rows = 3, .h_q = 8, .num_slots = num_slots, .topk = 20, .fp8 = sink,
-                                        .with_sink = sink}, g);
+      auto p = make_sparse_mla_problem(
+          {.rows = 3, .h_q = 8, .num_slots = num_slots, .topk = 20, .fp8 = sink, .with_sink = sink}, g);
       for (int64_t i = 0; i < p.indices.numel(); ++i) p.index_ptr()[i] = fill[size_t(i) % fill.size()];
       run_sparse_mla(p);
       expect_all_written(p);
@@ -90,8 +90,15 @@ TEST(SparseMlaEdges, EmptyPool) {
 
 TEST(SparseMlaEdges, TopkLenZero) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 4, .h_q = 8, .num_slots = 60, .topk = 24, .fp8 = true,
-                                    .with_topk_length = true, .with_sink = true, .invalid_fraction = 0.0}, g);
+  auto p = make_sparse_mla_problem({.rows = 4,
+                                    .h_q = 8,
+                                    .num_slots = 60,
+                                    .topk = 24,
+                                    .fp8 = true,
+                                    .with_topk_length = true,
+                                    .with_sink = true,
+                                    .invalid_fraction = 0.0},
+                                   g);
   const int32_t lengths[4] = {0, 24, 0, 3};
   std::memcpy(p.topk_length.ptr<int32_t>(), lengths, sizeof lengths);
   expect_within_rule(p);
@@ -117,8 +124,14 @@ TEST(SparseMlaEdges, TopkZero) {
 TEST(SparseMlaEdges, PartialTopkLength) {
   // Entries past topk_length[r] are ignored even when they are valid slots.
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 6, .h_q = 16, .num_slots = 100, .topk = 48, .fp8 = true,
-                                    .with_topk_length = true, .invalid_fraction = 0.05}, g);
+  auto p = make_sparse_mla_problem({.rows = 6,
+                                    .h_q = 16,
+                                    .num_slots = 100,
+                                    .topk = 48,
+                                    .fp8 = true,
+                                    .with_topk_length = true,
+                                    .invalid_fraction = 0.05},
+                                   g);
   const int32_t lengths[6] = {1, 47, 20, 48, 33, 2};
   std::memcpy(p.topk_length.ptr<int32_t>(), lengths, sizeof lengths);
   expect_within_rule(p);
@@ -134,8 +147,8 @@ TEST(SparseMlaEdges, PartialTopkLength) {
 TEST(SparseMlaEdges, DuplicateIndices) {
   auto g = rng_for_test();
   // Slots drawn from only 5 values: duplicates count as many times as they appear.
-  auto p = make_sparse_mla_problem({.rows = 4, .h_q = 8, .num_slots = 5, .topk = 40, .fp8 = true,
-                                    .with_sink = true}, g);
+  auto p =
+      make_sparse_mla_problem({.rows = 4, .h_q = 8, .num_slots = 5, .topk = 40, .fp8 = true, .with_sink = true}, g);
   expect_within_rule(p);
 
   auto p64 = make_sparse_mla_problem({.rows = 4, .h_q = 8, .num_slots = 5, .topk = 40, .dtype = DType::f64}, g);
@@ -158,8 +171,14 @@ TEST(SparseMlaEdges, MixedInvalidIndices) {
   // Invalid entries of every kind interleaved with valid ones give the bits of the valid ones alone.
   auto g = rng_for_test();
   const int64_t num_slots = 70, topk = 30;
-  auto p = make_sparse_mla_problem({.rows = 3, .h_q = 16, .num_slots = num_slots, .topk = topk, .fp8 = true,
-                                    .with_sink = true, .invalid_fraction = 0.0}, g);
+  auto p = make_sparse_mla_problem({.rows = 3,
+                                    .h_q = 16,
+                                    .num_slots = num_slots,
+                                    .topk = topk,
+                                    .fp8 = true,
+                                    .with_sink = true,
+                                    .invalid_fraction = 0.0},
+                                   g);
   SparseMlaProblem packed = clone_inputs(p);
   const int32_t invalid[] = {-1, -5, int32_t(num_slots), INT32_MAX, INT32_MIN, int32_t(num_slots + 3)};
   std::bernoulli_distribution coin(0.4);
@@ -179,11 +198,11 @@ TEST(SparseMlaEdges, MixedInvalidIndices) {
 
 TEST(SparseMlaEdges, AttentionSink) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 4, .h_q = 16, .num_slots = 80, .topk = 32, .fp8 = true,
-                                    .with_sink = true}, g);
+  auto p =
+      make_sparse_mla_problem({.rows = 4, .h_q = 16, .num_slots = 80, .topk = 32, .fp8 = true, .with_sink = true}, g);
   expect_within_rule(p);
-  auto p64 = make_sparse_mla_problem({.rows = 3, .h_q = 8, .num_slots = 80, .topk = 32, .dtype = DType::f64,
-                                      .with_sink = true}, g);
+  auto p64 = make_sparse_mla_problem(
+      {.rows = 3, .h_q = 8, .num_slots = 80, .topk = 32, .dtype = DType::f64, .with_sink = true}, g);
   const SparseMlaReference ref = reference_sparse_mla<double>(p64.args());
   run_sparse_mla(p64, true);
   EXPECT_LE(errors_vs(p64, ref).out, 1e-12);
@@ -219,8 +238,15 @@ TEST(SparseMlaEdges, AttentionSinkWithEmptyRow) {
 TEST(SparseMlaEdges, PoisonedOutputsAllWritten) {
   // Mixed empty and non-empty rows, bf16 output, every element written.
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 9, .h_q = 12, .num_slots = 64, .topk = 20, .fp8 = true,
-                                    .dtype = DType::bf16, .with_topk_length = true, .with_sink = true}, g);
+  auto p = make_sparse_mla_problem({.rows = 9,
+                                    .h_q = 12,
+                                    .num_slots = 64,
+                                    .topk = 20,
+                                    .fp8 = true,
+                                    .dtype = DType::bf16,
+                                    .with_topk_length = true,
+                                    .with_sink = true},
+                                   g);
   p.topk_length.ptr<int32_t>()[2] = 0;
   for (int64_t i = 0; i < 20; ++i) p.index_ptr()[5 * 20 + i] = -1;
   expect_within_rule(p);
@@ -255,8 +281,8 @@ TEST(SparseMlaEdges, WorkspaceSizeIsZeroOnCpu) {
 
 TEST(SparseMlaEdges, BadArguments) {
   auto g = rng_for_test();
-  auto p = make_sparse_mla_problem({.rows = 2, .h_q = 4, .num_slots = 10, .topk = 8, .with_topk_length = true,
-                                    .with_sink = true}, g);
+  auto p = make_sparse_mla_problem(
+      {.rows = 2, .h_q = 4, .num_slots = 10, .topk = 8, .with_topk_length = true, .with_sink = true}, g);
   HostTensor q512(DType::f32, {2, 4, 512}), q_i32(DType::i32, {2, 4, 576}), q_wide(DType::f32, {2, 4, 1152});
   HostTensor kv_bf16_656(DType::bf16, {10, 656}), kv_u8_576(DType::u8, {10, 576}), kv_f32(DType::f32, {10, 576});
   HostTensor kv_3d(DType::bf16, {10, 1, 576}), idx_i64(DType::i64, {2, 8}), idx_rows(DType::i32, {3, 8});

@@ -58,9 +58,9 @@ TEST(Topk, NegInfScoresAreStillCandidates) {
   TopkProblem p(3, 5000, 2048);
   for (int64_t i = 0; i < p.rows * p.width; ++i) p.row(0)[i] = -kInf;
   std::uniform_int_distribution<int64_t> pos(0, p.width - 1);
-  for (int i = 0; i < 100; ++i) p.row(0)[pos(g)] = float(i);        // 100 finite, the rest -inf
-  fill_normal(p.row(1), 3000, g);                                    // causal-style: -inf tail
-  for (int i = 0; i < 40; ++i) p.row(2)[pos(g)] = kInf;              // +inf ranks first
+  for (int i = 0; i < 100; ++i) p.row(0)[pos(g)] = float(i);  // 100 finite, the rest -inf
+  fill_normal(p.row(1), 3000, g);                             // causal-style: -inf tail
+  for (int i = 0; i < 40; ++i) p.row(2)[pos(g)] = kInf;       // +inf ranks first
   fill_normal(p.row(2) + 2000, 1000, g);
   p.run();
   p.check();
@@ -117,11 +117,11 @@ TEST(Topk, LongRows128KAnd256K) {
   for (int64_t width : {int64_t(128) << 10, int64_t(256) << 10}) {
     SCOPED_TRACE("width " + std::to_string(width));
     TopkProblem p(4, width, 2048);
-    fill_normal(p.row(0), width, g);                                   // random
+    fill_normal(p.row(0), width, g);  // random
     std::uniform_int_distribution<int> level(0, 255);
-    for (int64_t j = 0; j < width; ++j) p.row(1)[j] = float(level(g));  // ~1000 equals per value
+    for (int64_t j = 0; j < width; ++j) p.row(1)[j] = float(level(g));                     // ~1000 equals per value
     for (int64_t j = 0; j < width; ++j) p.row(2)[j] = (j % 5 == 2) ? 3.f : -float(j % 7);  // >16K equal maxima
-    std::uniform_int_distribution<uint32_t> ulps(0, 65535);             // one top-11-bit bin, all levels used
+    std::uniform_int_distribution<uint32_t> ulps(0, 65535);  // one top-11-bit bin, all levels used
     for (int64_t j = 0; j < width; ++j) p.row(3)[j] = bits_f32(0x3f800000u + ulps(g));
     p.lengths.ptr<int32_t>()[3] = int32_t(width - 12345);
     p.run();

@@ -88,7 +88,9 @@ TEST(TopkTransform, RaggedAddsTheRowOffset) {
 // kv_len - q_len + 1 + t keys (seqlens_expanded); scores past that are -inf, as the indexer writes them.
 TEST(TopkTransform, SparsePlannerWiringSeqlensExpandedPrefill) {
   auto g = rng_for_test();
-  struct Req { int q_len, kv_len; };
+  struct Req {
+    int q_len, kv_len;
+  };
   const std::vector<Req> reqs = {{1, 5000}, {4, 2050}, {7, 2500}, {3, 3}, {2, 2048}, {4, 6000}};
   std::vector<int> q_lens;
   int64_t rows = 0, max_kv = 0;
@@ -118,7 +120,7 @@ TEST(TopkTransform, BadPrefillCuSeqlens) {
   auto a = p.args();
   a.transform = TopkTransform::prefill, a.page_table_1 = table.view;
   expect_error_naming([&] { topk(a); }, "'cu_seqlens_q'");  // missing
-  HostTensor cu = cu_seqlens_of({1, 2});                      // 3 rows, the scores have 4
+  HostTensor cu = cu_seqlens_of({1, 2});                    // 3 rows, the scores have 4
   a.cu_seqlens_q = cu.view;
   expect_error_naming([&] { topk(a); }, "'cu_seqlens_q'");
   HostTensor cu_long = cu_seqlens_of({1, 2, 1});  // b + 1 = 4 entries for a 2-request table

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <string>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "attnserve/ops/topk.h"
@@ -17,7 +17,7 @@ namespace attnserve::test {
 
 inline bool topk_ranks_before(float va, int64_t a, float vb, int64_t b) {
   const bool na = std::isnan(va), nb = std::isnan(vb);
-  if (na != nb) return nb;      // the non-NaN one ranks first
+  if (na != nb) return nb;  // the non-NaN one ranks first
   if (!na && va != vb) return va > vb;
   return a < b;
 }
@@ -55,8 +55,8 @@ inline void expect_topk_row(const int32_t* out, int64_t k, int64_t len, std::vec
       if (first < 0) first = int64_t(c);
       ++mismatches;
     }
-  ASSERT_EQ(mismatches, 0) << "row " << row << " (len " << len << ", k " << k << "): first sorted mismatch at "
-                           << first << ": got " << got[size_t(first)] << ", expected " << expected[size_t(first)];
+  ASSERT_EQ(mismatches, 0) << "row " << row << " (len " << len << ", k " << k << "): first sorted mismatch at " << first
+                           << ": got " << got[size_t(first)] << ", expected " << expected[size_t(first)];
 }
 
 // scores [rows, width], lengths / row starts, out [rows, k]; checks every row against brute force.
@@ -65,8 +65,13 @@ struct TopkProblem {
   HostTensor scores, lengths, starts, out;
   bool use_starts = false;
   TopkProblem(int64_t rows_, int64_t width_, int64_t k_)
-      : rows(rows_), width(width_), k(k_), scores(DType::f32, {rows_, width_}), lengths(DType::i32, {rows_}),
-        starts(DType::i32, {rows_}), out(DType::i32, {rows_, k_}) {
+      : rows(rows_),
+        width(width_),
+        k(k_),
+        scores(DType::f32, {rows_, width_}),
+        lengths(DType::i32, {rows_}),
+        starts(DType::i32, {rows_}),
+        out(DType::i32, {rows_, k_}) {
     for (int64_t r = 0; r < rows; ++r) lengths.ptr<int32_t>()[r] = int32_t(width);
   }
   float* row(int64_t r) { return scores.ptr<float>() + r * width; }
@@ -115,6 +120,5 @@ inline void expect_error_naming(Fn&& fn, const std::string& needle) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
-
 
 }  // namespace attnserve::test

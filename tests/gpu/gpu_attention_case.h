@@ -28,8 +28,8 @@ struct AttnSpec {
   bool deterministic = false;
   int rows_before = 1, rows_after = 2;
   int extra_table_cols = 2;
-  bool strided = false;        // q and out as head-slices of wider tensors
-  cuda::attn::Tuning tuning{};       // forced split count / stages / tile rows
+  bool strided = false;         // q and out as head-slices of wider tensors
+  cuda::attn::Tuning tuning{};  // forced split count / stages / tile rows
   float q_range = 2.f;
 };
 
@@ -124,8 +124,8 @@ struct AttnCase {
   PagedAttentionArgs args(const TensorView& qv, const TensorView& k, const TensorView& v, const TensorView& p,
                           const TensorView& sl, const TensorView& c, const TensorView& out, const TensorView& lse,
                           const TensorView& kd, const TensorView& vd) const {
-    PagedAttentionArgs a{.q = qv, .k_cache = k, .v_cache = v, .page_table = p, .cache_seqlens = sl,
-                         .cu_seqlens_q = c, .out = out};
+    PagedAttentionArgs a{
+        .q = qv, .k_cache = k, .v_cache = v, .page_table = p, .cache_seqlens = sl, .cu_seqlens_q = c, .out = out};
     a.lse = lse;
     a.k_descale = kd;
     a.v_descale = vd;
@@ -173,8 +173,8 @@ inline GpuResult run_on_gpu(const AttnCase& c, const cuda::attn::Tuning& tune) {
     vdv = dvd.view;
   }
   TensorView qv = dq.view.slice(1, 0, c.spec.h_q), ov = dout.view.slice(1, 0, c.spec.h_q);
-  PagedAttentionArgs a = c.args(qv, dk.view, dv.view, dp.view, ds.view, dc.view, ov,
-                                c.spec.with_lse ? dlse.view : TensorView{}, kdv, vdv);
+  PagedAttentionArgs a =
+      c.args(qv, dk.view, dv.view, dp.view, ds.view, dc.view, ov, c.spec.with_lse ? dlse.view : TensorView{}, kdv, vdv);
   const cuda::attn::Config cfg = cuda::attn::select(a, cuda::attn::current_device_caps(), tune);
   Buffer ws(std::max<std::size_t>(cfg.ws_bytes, 256), Device::cuda());
   dout.poison();

@@ -27,8 +27,8 @@ inline std::string sm90_skip_reason() {
 
 }  // namespace attnserve::test
 
-#define ATTNSERVE_REQUIRE_SM90()                                         \
-  do {                                                                   \
-    const std::string why_ = ::attnserve::test::sm90_skip_reason();      \
-    if (!why_.empty()) GTEST_SKIP() << why_;                             \
+#define ATTNSERVE_REQUIRE_SM90()                                    \
+  do {                                                              \
+    const std::string why_ = ::attnserve::test::sm90_skip_reason(); \
+    if (!why_.empty()) GTEST_SKIP() << why_;                        \
   } while (0)

@@ -12,8 +12,8 @@
 
 namespace attnserve::test {
 
-#define ATTNSERVE_REQUIRE_GPU()                                  \
-  do {                                                           \
+#define ATTNSERVE_REQUIRE_GPU()                                   \
+  do {                                                            \
     if (!::attnserve::cuda_available()) GTEST_SKIP() << "no GPU"; \
   } while (0)
 
@@ -30,8 +30,7 @@ struct DeviceTensor {
   }
   // A device view with the same strides as `h.view` but pointing into this buffer.
   void upload(const HostTensor& h) {
-    TensorView src = TensorView::contiguous(const_cast<uint8_t*>(h.bytes.data()), DType::u8,
-                                            {int64_t(h.bytes.size())});
+    TensorView src = TensorView::contiguous(const_cast<uint8_t*>(h.bytes.data()), DType::u8, {int64_t(h.bytes.size())});
     TensorView dst = TensorView::contiguous(buf.data(), DType::u8, {int64_t(h.bytes.size())}, Device::cuda());
     copy_async(dst, src);
     stream_synchronize({});

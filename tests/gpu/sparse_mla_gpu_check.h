@@ -56,7 +56,9 @@ inline GpuResult run_gpu(const SparseMlaArgs& h, const HostTensor& out_like, con
     }
   }
   GpuResult r{out_like, lse_like, ml_like};
-  auto put = [](HostTensor& t, const std::vector<uint8_t>& b) { std::memcpy(t.bytes.data(), b.data(), std::min(b.size(), t.bytes.size())); };
+  auto put = [](HostTensor& t, const std::vector<uint8_t>& b) {
+    std::memcpy(t.bytes.data(), b.data(), std::min(b.size(), t.bytes.size()));
+  };
   put(r.out, first[0]);
   put(r.lse, first[1]);
   put(r.max_logits, first[2]);
@@ -72,7 +74,8 @@ inline void expect_close(const char* what, const std::vector<double>& got, const
   const double base = same_precision_error(cpu, ref32, ref64);
   const double err = rel_l2(got, ref64);
   EXPECT_LE(err, tolerance_by_rule(base, out_dtype) + tol_extra)
-      << "GPU rel_l2 " << err << ", CPU oracle " << rel_l2(cpu, ref64) << ", float32 brute force " << rel_l2(ref32, ref64);
+      << "GPU rel_l2 " << err << ", CPU oracle " << rel_l2(cpu, ref64) << ", float32 brute force "
+      << rel_l2(ref32, ref64);
 }
 
 // The references of one problem: brute force in fp64 and float32, and the CPU oracle's outputs (in p).
@@ -87,7 +90,8 @@ inline SparseRefs compute_refs(SparseMlaProblem& p) {
 }
 
 // The GPU against references computed once (several kernel configurations of one problem).
-inline GpuResult check_gpu(SparseMlaProblem& p, const SparseRefs& refs, std::optional<SparseTuning> tune = std::nullopt) {
+inline GpuResult check_gpu(SparseMlaProblem& p, const SparseRefs& refs,
+                           std::optional<SparseTuning> tune = std::nullopt) {
   const SparseMlaReference& ref64 = refs.ref64;
   const SparseMlaReference& ref32 = refs.ref32;
   GpuResult g = run_gpu(p.args(), p.out, p.lse, p.max_logits, tune);

@@ -21,12 +21,12 @@ namespace {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
 
 // Ops whose CUDA kernels are not written yet report it; their tests skip instead of failing.
-#define SKIP_IF_PENDING(stmt)                                                                   \
-  try {                                                                                         \
-    stmt;                                                                                       \
-  } catch (const Error& e) {                                                                    \
+#define SKIP_IF_PENDING(stmt)                                                                             \
+  try {                                                                                                   \
+    stmt;                                                                                                 \
+  } catch (const Error& e) {                                                                              \
     if (std::string(e.what()).find("not implemented yet") != std::string::npos) GTEST_SKIP() << e.what(); \
-    throw;                                                                                      \
+    throw;                                                                                                \
   }
 
 struct GpuStream {
@@ -160,11 +160,19 @@ struct DenseInputs {
     else dv = DevTensor(v, st);
   }
   ForwardArgs host_args(const HostTensor& out) const {
-    return {.q = q.view, .out = out.view, .k = k.view, .v = v.bytes.empty() ? TensorView{} : v.view,
-            .k_rope = k_rope.bytes.empty() ? TensorView{} : k_rope.view, .out_cache_loc = loc.view};
+    return {.q = q.view,
+            .out = out.view,
+            .k = k.view,
+            .v = v.bytes.empty() ? TensorView{} : v.view,
+            .k_rope = k_rope.bytes.empty() ? TensorView{} : k_rope.view,
+            .out_cache_loc = loc.view};
   }
   ForwardArgs dev_args(const DevTensor& out) const {
-    return {.q = dq.view, .out = out.view, .k = dk.view, .v = dev_or_empty(dv), .k_rope = dev_or_empty(dk_rope),
+    return {.q = dq.view,
+            .out = out.view,
+            .k = dk.view,
+            .v = dev_or_empty(dv),
+            .k_rope = dev_or_empty(dk_rope),
             .out_cache_loc = dloc.view};
   }
 };
@@ -193,8 +201,8 @@ TEST(BackendGpu, DenseEveryModeMatchesCpuBackend) {
         DenseBackend gpu(dense_config(c, P, chunk, table.view, dev.buffers(), Device::cuda(0)), st);
         for (ForwardMode mode : kAllModes) {
           SCOPED_TRACE(to_string(mode));
-          const TestBatch b = random_batch(g, mode, mode == ForwardMode::idle ? 0 : rand_int(g, 1, kMaxBs),
-                                           batch_shape(), pool);
+          const TestBatch b =
+              random_batch(g, mode, mode == ForwardMode::idle ? 0 : rand_int(g, 1, kMaxBs), batch_shape(), pool);
           table.upload(pool, st);
           const int64_t rows = batch_rows(b, kSpec);
           cpu.init_forward_metadata(b.spec(pool.view()));
@@ -351,7 +359,11 @@ struct SparseInputs {
         k_rope(random_tensor(DType::bf16, {rows, 64}, g)),
         loc(i32_tensor(slots)),
         logits(random_tensor(DType::f32, {rows, kCtx}, g, 3.0)),
-        dq(q, st), dk(k, st), dk_rope(k_rope, st), dloc(loc, st), dlogits(logits, st) {}
+        dq(q, st),
+        dk(k, st),
+        dk_rope(k_rope, st),
+        dloc(loc, st),
+        dlogits(logits, st) {}
 };
 
 // Rows of two [rows, topk] index arrays hold the same sets.
@@ -382,8 +394,8 @@ TEST(BackendGpu, SparseEveryModeMatchesCpuBackend) {
     SparseBackend gpu(sparse_config(impl, P, table.view, dev.buffers(), Device::cuda(0)), st);
     for (ForwardMode mode : kAllModes) {
       SCOPED_TRACE(to_string(mode));
-      const TestBatch b = random_batch(g, mode, mode == ForwardMode::idle ? 0 : rand_int(g, 1, kMaxBs), batch_shape(),
-                                       pool);
+      const TestBatch b =
+          random_batch(g, mode, mode == ForwardMode::idle ? 0 : rand_int(g, 1, kMaxBs), batch_shape(), pool);
       table.upload(pool, st);
       const int64_t rows = batch_rows(b, kSpec);
       cpu.init_forward_metadata(b.spec(pool.view()));
@@ -395,11 +407,19 @@ TEST(BackendGpu, SparseEveryModeMatchesCpuBackend) {
       EXPECT_TRUE(same_sets(read_i32(gi, st), read_i32(ci), rows)) << "top-k slots";
       HostTensor out_cpu = poisoned(DType::bf16, {rows, kSparseHeads, 512});
       DevTensor out_gpu(out_cpu, st);
-      cpu.forward({.q = in.q.view, .out = out_cpu.view, .k = in.k.view, .k_rope = in.k_rope.view,
-                   .out_cache_loc = in.loc.view, .topk_indices = ci},
+      cpu.forward({.q = in.q.view,
+                   .out = out_cpu.view,
+                   .k = in.k.view,
+                   .k_rope = in.k_rope.view,
+                   .out_cache_loc = in.loc.view,
+                   .topk_indices = ci},
                   kPlain);
-      SKIP_IF_PENDING(gpu.forward({.q = in.dq.view, .out = out_gpu.view, .k = in.dk.view, .k_rope = in.dk_rope.view,
-                                   .out_cache_loc = in.dloc.view, .topk_indices = gi},
+      SKIP_IF_PENDING(gpu.forward({.q = in.dq.view,
+                                   .out = out_gpu.view,
+                                   .k = in.dk.view,
+                                   .k_rope = in.dk_rope.view,
+                                   .out_cache_loc = in.dloc.view,
+                                   .topk_indices = gi},
                                   kPlain, st));
       EXPECT_LE(rel_l2(to_doubles(out_gpu.download(st)), to_doubles(out_cpu)), bf16_close());
       EXPECT_TRUE(dev.same_as(kv, st)) << "stored latent";
@@ -433,8 +453,12 @@ TEST(BackendGpu, SparseCudaGraphReplayEqualsEager) {
       DevTensor out_graph(like, st);
       auto step = [&] {
         const TensorView idx = graph.topk_transform(gin.dlogits.view, kTopk, st);
-        graph.forward({.q = gin.dq.view, .out = out_graph.view, .k = gin.dk.view, .k_rope = gin.dk_rope.view,
-                       .out_cache_loc = gin.dloc.view, .topk_indices = idx},
+        graph.forward({.q = gin.dq.view,
+                       .out = out_graph.view,
+                       .k = gin.dk.view,
+                       .k_rope = gin.dk_rope.view,
+                       .out_cache_loc = gin.dloc.view,
+                       .topk_indices = idx},
                       kPlain, st);
       };
       SKIP_IF_PENDING(step());  // warm-up outside capture
@@ -460,8 +484,12 @@ TEST(BackendGpu, SparseCudaGraphReplayEqualsEager) {
         HostTensor elike = poisoned(DType::bf16, {rows, kSparseHeads, 512});
         DevTensor out_eager(elike, st);
         const TensorView idx = eager.topk_transform(in.dlogits.view, kTopk, st);
-        eager.forward({.q = in.dq.view, .out = out_eager.view, .k = in.dk.view, .k_rope = in.dk_rope.view,
-                       .out_cache_loc = in.dloc.view, .topk_indices = idx},
+        eager.forward({.q = in.dq.view,
+                       .out = out_eager.view,
+                       .k = in.dk.view,
+                       .k_rope = in.dk_rope.view,
+                       .out_cache_loc = in.dloc.view,
+                       .topk_indices = idx},
                       kPlain, st);
         const HostTensor e = out_eager.download(st), gr = out_graph.download(st);
         std::vector<double> gd = to_doubles(gr);

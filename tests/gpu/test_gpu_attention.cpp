@@ -337,8 +337,9 @@ TEST(GpuAttention, DeterministicBatchInvariance) {
     const size_t row_bytes = size_t(big.h_q) * big.d * 2;
     EXPECT_EQ(std::memcmp(all.out.bytes.data() + q0 * row_bytes, one.out.bytes.data(), q_len * row_bytes), 0)
         << "deterministic mode: the request's output bits depend on the batch";
-    EXPECT_EQ(std::memcmp(all.lse.bytes.data() + size_t(q0) * big.h_q * 4, one.lse.bytes.data(),
-                          size_t(q_len) * big.h_q * 4), 0)
+    EXPECT_EQ(
+        std::memcmp(all.lse.bytes.data() + size_t(q0) * big.h_q * 4, one.lse.bytes.data(), size_t(q_len) * big.h_q * 4),
+        0)
         << "deterministic mode: the request's lse bits depend on the batch";
     check_case(big, g);  // and the deterministic path is correct
   }

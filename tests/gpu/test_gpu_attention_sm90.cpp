@@ -40,8 +40,8 @@ TEST(GpuAttentionSm90, AutoSelectsHopperForPrefillOnly) {
   std::mt19937_64 g(7);
   auto selected = [&](const AttnSpec& s) {
     AttnCase c(s, g);
-    const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
-                                        c.q_view, TensorView{}, TensorView{}, TensorView{});
+    const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view, c.q_view,
+                                        TensorView{}, TensorView{}, TensorView{});
     return cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning).sm90() != 0;
   };
   AttnSpec prefill;

@@ -45,8 +45,13 @@ void run_mode(const Mode& m, std::mt19937_64& g) {
   HostTensor pt(DType::i32, {cap.b, cap.max_pages}), sl(DType::i32, {cap.b}), cu(DType::i32, {cap.b + 1});
   HostTensor out_h(DType::bf16, {total_q_cap, cap.h_q, cap.d}), lse_h(DType::f32, {total_q_cap, cap.h_q});
   DeviceTensor dq(q), dk(kc), dv(vc), dpt(pt), dsl(sl), dcu(cu), dout(out_h), dlse(lse_h);
-  PagedAttentionArgs a{.q = dq.view, .k_cache = dk.view, .v_cache = dv.view, .page_table = dpt.view,
-                       .cache_seqlens = dsl.view, .cu_seqlens_q = dcu.view, .out = dout.view};
+  PagedAttentionArgs a{.q = dq.view,
+                       .k_cache = dk.view,
+                       .v_cache = dv.view,
+                       .page_table = dpt.view,
+                       .cache_seqlens = dsl.view,
+                       .cu_seqlens_q = dcu.view,
+                       .out = dout.view};
   a.lse = dlse.view;
   a.max_seqlen_q = cap.q_max;
   a.softmax_scale = 1.f / std::sqrt(float(cap.d));
@@ -119,8 +124,13 @@ void run_mode(const Mode& m, std::mt19937_64& g) {
 
     // The CPU oracle on the live batch (host mirrors hold the same contents).
     HostTensor ref(DType::bf16, {total_q_cap, cap.h_q, cap.d}), ref64(DType::f32, {total_q_cap, cap.h_q, cap.d});
-    PagedAttentionArgs h{.q = q.view, .k_cache = kc.view, .v_cache = vc.view, .page_table = pt.view,
-                         .cache_seqlens = sl.view, .cu_seqlens_q = cu.view, .out = ref.view};
+    PagedAttentionArgs h{.q = q.view,
+                         .k_cache = kc.view,
+                         .v_cache = vc.view,
+                         .page_table = pt.view,
+                         .cache_seqlens = sl.view,
+                         .cu_seqlens_q = cu.view,
+                         .out = ref.view};
     h.max_seqlen_q = cap.q_max;
     h.softmax_scale = a.softmax_scale;
     paged_attention(h);

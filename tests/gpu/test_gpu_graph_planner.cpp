@@ -37,16 +37,20 @@ void run_planner_graph(ForwardMode mode, bool deterministic, std::mt19937_64& g)
   HostTensor q_h(DType::bf16, {cap.max_num_tokens, kHq, kD}), out_h(DType::bf16, {cap.max_num_tokens, kHq, kD});
   DeviceTensor dq(q_h), dout(out_h);
   Buffer table(pool.table.size() * 4, Device::cuda());
-  const TensorView table_view = TensorView::contiguous(table.data(), DType::i32, {pool.pool_size, pool.max_ctx},
-                                                       Device::cuda());
+  const TensorView table_view =
+      TensorView::contiguous(table.data(), DType::i32, {pool.pool_size, pool.max_ctx}, Device::cuda());
   auto upload_table = [&] {
     copy_async(table_view, pool.view(), st);
     stream_synchronize(st);
   };
   auto args_of = [&](const DenseMetadata& m) {
-    PagedAttentionArgs a{.q = dq.view.slice(0, 0, m.num_q_rows), .k_cache = dk.view, .v_cache = dv.view,
-                         .page_table = m.page_table, .cache_seqlens = m.cache_seqlens_int32,
-                         .cu_seqlens_q = m.cu_seqlens_q, .out = dout.view.slice(0, 0, m.num_q_rows)};
+    PagedAttentionArgs a{.q = dq.view.slice(0, 0, m.num_q_rows),
+                         .k_cache = dk.view,
+                         .v_cache = dv.view,
+                         .page_table = m.page_table,
+                         .cache_seqlens = m.cache_seqlens_int32,
+                         .cu_seqlens_q = m.cu_seqlens_q,
+                         .out = dout.view.slice(0, 0, m.num_q_rows)};
     a.max_seqlen_q = m.max_seq_len_q;
     a.softmax_scale = 1.f / std::sqrt(float(kD));
     a.deterministic = deterministic;

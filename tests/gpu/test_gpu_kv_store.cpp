@@ -44,16 +44,26 @@ void run_kv_case(const KvCase& c, std::mt19937_64& g) {
   HostTensor loc = random_slots(g, c.n, c.num_slots, c.loc);
 
   HostTensor kc_ref = kc, vc_ref = vc;
-  set_kv_buffer({.k = k.view, .v = v.view, .k_cache = kc_ref.view, .v_cache = vc_ref.view, .loc = loc.view,
-                 .k_scale = c.k_scale, .v_scale = c.v_scale});
+  set_kv_buffer({.k = k.view,
+                 .v = v.view,
+                 .k_cache = kc_ref.view,
+                 .v_cache = vc_ref.view,
+                 .loc = loc.view,
+                 .k_scale = c.k_scale,
+                 .v_scale = c.v_scale});
 
   DeviceTensor dk(k), dv(v), dkc(kc), dvc(vc), dloc(loc);
   HostTensor first_k, first_v;
   for (int run = 0; run < 2; ++run) {
     dkc.upload(kc);
     dvc.upload(vc);
-    set_kv_buffer({.k = dk.view, .v = dv.view, .k_cache = dkc.view, .v_cache = dvc.view, .loc = dloc.view,
-                   .k_scale = c.k_scale, .v_scale = c.v_scale});
+    set_kv_buffer({.k = dk.view,
+                   .v = dv.view,
+                   .k_cache = dkc.view,
+                   .v_cache = dvc.view,
+                   .loc = dloc.view,
+                   .k_scale = c.k_scale,
+                   .v_scale = c.v_scale});
     HostTensor gk = dkc.download(kc), gv = dvc.download(vc);
     EXPECT_EQ(first_diff(gk, kc_ref), -1) << "k_cache differs from the CPU store";
     EXPECT_EQ(first_diff(gv, vc_ref), -1) << "v_cache differs from the CPU store";

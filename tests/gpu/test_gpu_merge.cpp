@@ -78,7 +78,9 @@ void check_merge_states(DType in_t, DType out_t, int n, std::mt19937_64& g) {
 TEST(GpuMerge, MergeStatesDtypes) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
-  for (auto [in_t, out_t] : {std::pair{DType::f32, DType::bf16}, {DType::f32, DType::f32}, {DType::bf16, DType::bf16},
+  for (auto [in_t, out_t] : {std::pair{DType::f32, DType::bf16},
+                             {DType::f32, DType::f32},
+                             {DType::bf16, DType::bf16},
                              {DType::f16, DType::f32}}) {
     SCOPED_TRACE(std::string(dtype_name(in_t)) + " -> " + std::string(dtype_name(out_t)));
     check_merge_states(in_t, out_t, 5, g);
@@ -104,8 +106,8 @@ TEST(GpuMerge, MergeStateTwoParts) {
     sa.set(2, INFINITY);
     sb.set(2, -INFINITY);  // empty with both signs
     HostTensor ref(t, {tokens, heads, d}), sref(DType::f32, {tokens, heads});
-    merge_state({.v_a = va.view, .s_a = sa.view, .v_b = vb.view, .s_b = sb.view, .v_out = ref.view,
-                 .s_out = sref.view});
+    merge_state(
+        {.v_a = va.view, .s_a = sa.view, .v_b = vb.view, .s_b = sb.view, .v_out = ref.view, .s_out = sref.view});
     HostTensor ref64(DType::f32, {tokens, heads, d});
     {
       HostTensor wa(DType::f32, {tokens, heads, d}), wb(DType::f32, {tokens, heads, d});
@@ -121,8 +123,8 @@ TEST(GpuMerge, MergeStateTwoParts) {
     DeviceTensor dout(out_h), dsout(s_h);
     dout.poison();
     dsout.poison();
-    merge_state({.v_a = dva.view, .s_a = dsa.view, .v_b = dvb.view, .s_b = dsb.view, .v_out = dout.view,
-                 .s_out = dsout.view});
+    merge_state(
+        {.v_a = dva.view, .s_a = dsa.view, .v_b = dvb.view, .s_b = dsb.view, .v_out = dout.view, .s_out = dsout.view});
     HostTensor got = dout.download(out_h), got_s = dsout.download(s_h);
     EXPECT_LE(rel_l2(to_doubles(got), to_doubles(ref64)), tol);
     EXPECT_LE(rel_l2(to_doubles(got_s), to_doubles(sref)), 1e-6);

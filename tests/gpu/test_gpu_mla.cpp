@@ -63,8 +63,8 @@ void check_mla(const MlaSpec& s, std::mt19937_64& g) {
   }
   auto args = [&](const TensorView& n, const TensorView& rr, const TensorView& k, const TensorView& p,
                   const TensorView& l, const TensorView& c, const TensorView& o, const TensorView& lse) {
-    MlaAttentionArgs a{.q_nope = n, .q_rope = rr, .kv_cache = k, .page_table = p, .cache_seqlens = l,
-                       .cu_seqlens_q = c, .out = o};
+    MlaAttentionArgs a{
+        .q_nope = n, .q_rope = rr, .kv_cache = k, .page_table = p, .cache_seqlens = l, .cu_seqlens_q = c, .out = o};
     a.lse = lse;
     a.max_seqlen_q = max_q;
     a.softmax_scale = 0.1352337f;

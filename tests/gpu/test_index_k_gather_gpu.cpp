@@ -59,8 +59,11 @@ Expected cpu_expected(const HostTensor& pool, const std::vector<int64_t>& slots,
   for (auto& s : clamped) s = (s >= 0 && s < num_slots) ? s : 0;
   HostTensor s = make_slots(clamped, DType::i64);
   Expected e{k_like, scale_like};
-  gather_index_k({.index_k_cache = pool.view, .slots = s.view, .out_k = e.k.view.slice(1, 0, kDim),
-                  .out_scale = e.scale.view, .page_size = page_size});
+  gather_index_k({.index_k_cache = pool.view,
+                  .slots = s.view,
+                  .out_k = e.k.view.slice(1, 0, kDim),
+                  .out_scale = e.scale.view,
+                  .page_size = page_size});
   for (int64_t j = 0; j < n; ++j) {
     if (slots[size_t(j)] >= 0 && slots[size_t(j)] < num_slots) continue;
     std::memset(e.k.bytes.data() + j * e.k.view.stride(0), 0, kDim);
@@ -87,8 +90,10 @@ void run_case(int page_size, DType slot_type, int64_t row_bytes, std::mt19937_64
   for (int run = 0; run < 2; ++run) {
     dk.upload(k_host);  // poisoned again
     dscale.upload(scale_host);
-    gather_index_k({.index_k_cache = dpool.view, .slots = ds.view,
-                    .out_k = dk.view.slice(1, 0, kDim).with_dtype(DType::fp8_e4m3), .out_scale = dscale.view,
+    gather_index_k({.index_k_cache = dpool.view,
+                    .slots = ds.view,
+                    .out_k = dk.view.slice(1, 0, kDim).with_dtype(DType::fp8_e4m3),
+                    .out_scale = dscale.view,
                     .page_size = page_size});
     stream_synchronize({});
     HostTensor got_k = dk.download(k_host), got_scale = dscale.download(scale_host);
@@ -131,7 +136,10 @@ TEST(GpuGatherIndexK, OutOfRangeSlotsGiveZeros) {
   poison(k_host);
   poison(scale_host);
   DeviceTensor dpool(pool), ds(s), dk(k_host), dscale(scale_host);
-  gather_index_k({.index_k_cache = dpool.view, .slots = ds.view, .out_k = dk.view, .out_scale = dscale.view,
+  gather_index_k({.index_k_cache = dpool.view,
+                  .slots = ds.view,
+                  .out_k = dk.view,
+                  .out_scale = dscale.view,
                   .page_size = page_size});
   HostTensor got_k = dk.download(k_host), got_scale = dscale.download(scale_host);
   for (int64_t j : {0, 2, 4, 5}) {
@@ -140,9 +148,11 @@ TEST(GpuGatherIndexK, OutOfRangeSlotsGiveZeros) {
   }
   for (int64_t j : {1, 3}) {
     ASSERT_EQ(std::memcmp(got_k.bytes.data() + j * kDim,
-                          pool.bytes.data() + IndexerKeyLayout::key_offset(slots[size_t(j)], page_size), kDim), 0);
+                          pool.bytes.data() + IndexerKeyLayout::key_offset(slots[size_t(j)], page_size), kDim),
+              0);
     ASSERT_EQ(std::memcmp(got_scale.bytes.data() + j * 4,
-                          pool.bytes.data() + IndexerKeyLayout::scale_offset(slots[size_t(j)], page_size), 4), 0);
+                          pool.bytes.data() + IndexerKeyLayout::scale_offset(slots[size_t(j)], page_size), 4),
+              0);
   }
 }
 
@@ -165,7 +175,10 @@ TEST(GpuGatherIndexK, GraphReplayReadsNewSlots) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  gather_index_k({.index_k_cache = dpool.view, .slots = ds.view, .out_k = dk.view, .out_scale = dscale.view,
+  gather_index_k({.index_k_cache = dpool.view,
+                  .slots = ds.view,
+                  .out_k = dk.view,
+                  .out_scale = dscale.view,
                   .page_size = page_size},
                  Stream{stream});
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);

@@ -31,16 +31,18 @@ void expect_logits(const HostTensor& gpu, const HostTensor& cpu, const std::vect
   ASSERT_EQ(nonfinite_mismatches(oracle, ref64), 0) << "CPU oracle: -inf positions differ";
   const double base = same_precision_error(oracle, ref32, ref64);
   const double err = rel_l2(got, ref64);
-  EXPECT_LE(err, tolerance_by_rule(base, DType::f32)) << "GPU rel_l2 " << err << ", CPU oracle "
-                                                       << rel_l2(oracle, ref64) << ", float32 loop " << rel_l2(ref32, ref64);
+  EXPECT_LE(err, tolerance_by_rule(base, DType::f32))
+      << "GPU rel_l2 " << err << ", CPU oracle " << rel_l2(oracle, ref64) << ", float32 loop " << rel_l2(ref32, ref64);
 }
 
 // Runs the paged indexer on the GPU twice (poisoned logits), requires identical bits, returns the logits.
-HostTensor run_paged_gpu(const IndexerPagedArgs& h, const HostTensor& logits_like, const TensorView* page_table_override = nullptr) {
-  DeviceMirror q(h.q), w(h.weights), pool(h.index_k_cache), pt(page_table_override ? *page_table_override : h.page_table),
-      sl(h.seqlens), out(h.logits), qs(h.q_scale);
+HostTensor run_paged_gpu(const IndexerPagedArgs& h, const HostTensor& logits_like,
+                         const TensorView* page_table_override = nullptr) {
+  DeviceMirror q(h.q), w(h.weights), pool(h.index_k_cache),
+      pt(page_table_override ? *page_table_override : h.page_table), sl(h.seqlens), out(h.logits), qs(h.q_scale);
   IndexerPagedArgs d = h;
-  d.q = q.view, d.weights = w.view, d.index_k_cache = pool.view, d.page_table = pt.view, d.seqlens = sl.view, d.logits = out.view;
+  d.q = q.view, d.weights = w.view, d.index_k_cache = pool.view, d.page_table = pt.view, d.seqlens = sl.view,
+  d.logits = out.view;
   d.q_scale = qs.view;
   std::vector<uint8_t> first;
   for (int run = 0; run < 2; ++run) {
@@ -72,15 +74,21 @@ void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_page_of_
   HostTensor q = random_fp8_q(rows, c.heads, g), w = random_weights(rows, c.heads, g);
   HostTensor sl(DType::i32, {b}), logits(DType::f32, {rows, max_context});
   for (int64_t r = 0; r < b; ++r) sl.ptr<int32_t>()[r] = c.seqlens[size_t(r)];
-  const IndexerPagedArgs args{.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view,
-                              .page_table = kp.page_table.view, .seqlens = sl.view, .logits = logits.view,
-                              .page_size = c.page_size, .next_n = c.next_n};
+  const IndexerPagedArgs args{.q = q.view,
+                              .weights = w.view,
+                              .index_k_cache = kp.pool.view,
+                              .page_table = kp.page_table.view,
+                              .seqlens = sl.view,
+                              .logits = logits.view,
+                              .page_size = c.page_size,
+                              .next_n = c.next_n};
   poison(logits);
   indexer_paged(args);  // CPU oracle
   const HostTensor cpu = logits;
 
   HostTensor table = kp.page_table;  // (a corrupted copy for the GPU when asked)
-  if (corrupt_page_of_request0 >= 0) table.ptr<int32_t>()[corrupt_page_of_request0] = corrupt_page_of_request0 % 2 ? -1 : 1 << 30;
+  if (corrupt_page_of_request0 >= 0)
+    table.ptr<int32_t>()[corrupt_page_of_request0] = corrupt_page_of_request0 % 2 ? -1 : 1 << 30;
   const HostTensor gpu = run_paged_gpu(args, logits, &table.view);
   if (::testing::Test::HasFailure()) return;
 
@@ -114,7 +122,8 @@ void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_page_of_
 // A contiguous key buffer for the ragged form.
 struct KeyBuffer {
   HostTensor k, k_scale;
-  KeyBuffer(int64_t num_keys, std::mt19937_64& g) : k(DType::fp8_e4m3, {num_keys, kIdxDim}), k_scale(DType::f32, {num_keys}) {
+  KeyBuffer(int64_t num_keys, std::mt19937_64& g)
+      : k(DType::fp8_e4m3, {num_keys, kIdxDim}), k_scale(DType::f32, {num_keys}) {
     for (int64_t j = 0; j < num_keys; ++j) {
       QuantizedKey qk = random_key(g);
       std::memcpy(k.bytes.data() + j * kIdxDim, qk.bytes, kIdxDim);
@@ -126,7 +135,8 @@ struct KeyBuffer {
 // windows: per row [ks, ke); empty = all random.
 void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::mt19937_64& g,
                      const std::vector<std::pair<int, int>>& windows = {}) {
-  SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads) + " keys " + std::to_string(num_keys));
+  SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads) + " keys " +
+               std::to_string(num_keys));
   HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g);
   KeyBuffer kb(num_keys, g);
   HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), logits(DType::f32, {rows, num_keys});
@@ -137,14 +147,25 @@ void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::mt19937
     ks.ptr<int32_t>()[i] = std::min(a, b);
     ke.ptr<int32_t>()[i] = std::max(a, b);
   }
-  const IndexerRaggedArgs args{.q = q.view, .weights = w.view, .k = kb.k.view, .k_scale = kb.k_scale.view,
-                               .ks = ks.view, .ke = ke.view, .logits = logits.view};
+  const IndexerRaggedArgs args{.q = q.view,
+                               .weights = w.view,
+                               .k = kb.k.view,
+                               .k_scale = kb.k_scale.view,
+                               .ks = ks.view,
+                               .ke = ke.view,
+                               .logits = logits.view};
   poison(logits);
   indexer_ragged(args);
   const HostTensor cpu = logits;
 
-  DeviceMirror dq(q.view), dw(w.view), dk(kb.k.view), dks(kb.k_scale.view), dlo(ks.view), dhi(ke.view), dout(logits.view);
-  IndexerRaggedArgs d{.q = dq.view, .weights = dw.view, .k = dk.view, .k_scale = dks.view, .ks = dlo.view, .ke = dhi.view,
+  DeviceMirror dq(q.view), dw(w.view), dk(kb.k.view), dks(kb.k_scale.view), dlo(ks.view), dhi(ke.view),
+      dout(logits.view);
+  IndexerRaggedArgs d{.q = dq.view,
+                      .weights = dw.view,
+                      .k = dk.view,
+                      .k_scale = dks.view,
+                      .ks = dlo.view,
+                      .ke = dhi.view,
                       .logits = dout.view};
   std::vector<uint8_t> first;
   for (int run = 0; run < 2; ++run) {
@@ -165,7 +186,8 @@ void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::mt19937
     for (int64_t i = 0; i < rows; ++i) {
       if (j < ks.ptr<int32_t>()[i] || j >= ke.ptr<int32_t>()[i]) continue;
       const size_t o = size_t(i * num_keys + j);
-      ref64[o] = reference_score<double>(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
+      ref64[o] =
+          reference_score<double>(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
       ref32[o] = reference_score<float>(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
     }
   }
@@ -206,9 +228,9 @@ TEST(IndexerPagedGpuEdge, AnyNumberOfHeads) {
 TEST(IndexerPagedGpuEdge, ZeroLenKvAndShortRequests) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  run_paged_case({.seqlens = {0, 1, 3}, .next_n = 1, .page_size = 4, .heads = 5}, g);   // zero_len_kv
-  run_paged_case({.seqlens = {0, 3, 6}, .next_n = 3, .page_size = 2, .heads = 3}, g);   // padding + exactly next_n keys
-  run_paged_case({.seqlens = {0, 0}, .next_n = 2, .page_size = 64, .heads = 64}, g);    // nothing visible at all
+  run_paged_case({.seqlens = {0, 1, 3}, .next_n = 1, .page_size = 4, .heads = 5}, g);  // zero_len_kv
+  run_paged_case({.seqlens = {0, 3, 6}, .next_n = 3, .page_size = 2, .heads = 3}, g);  // padding + exactly next_n keys
+  run_paged_case({.seqlens = {0, 0}, .next_n = 2, .page_size = 64, .heads = 64}, g);   // nothing visible at all
 }
 
 TEST(IndexerPagedGpuEdge, WideLogitsTrailingColumnsAreNegInf) {
@@ -255,11 +277,11 @@ TEST(IndexerRaggedGpu, CausalPrefillWindows) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   std::vector<std::pair<int, int>> w;
-  for (int t = 0; t < 40; ++t) w.push_back({0, 200 + t + 1});      // request 0: keys [0, 240), last 40 rows
-  for (int t = 0; t < 23; ++t) w.push_back({240, 240 + 7 + t});   // request 1: keys [240, 270)
-  w.push_back({5, 5});                                            // empty window
-  w.push_back({0, 270});                                          // the whole buffer
-  w.push_back({269, 270});                                        // the last key only
+  for (int t = 0; t < 40; ++t) w.push_back({0, 200 + t + 1});    // request 0: keys [0, 240), last 40 rows
+  for (int t = 0; t < 23; ++t) w.push_back({240, 240 + 7 + t});  // request 1: keys [240, 270)
+  w.push_back({5, 5});                                           // empty window
+  w.push_back({0, 270});                                         // the whole buffer
+  w.push_back({269, 270});                                       // the last key only
   run_ragged_case(int64_t(w.size()), 64, 270, g, w);
 }
 
@@ -301,7 +323,8 @@ void expect_quantize_matches(const QuantizeFp8Args& h, HostTensor& out, HostTens
   }
   dout.download(h.out);
   dsc.download(h.scales);
-  ASSERT_EQ(std::memcmp(out.bytes.data(), cpu_out.bytes.data(), out.bytes.size()), 0) << "fp8 codes differ from the CPU";
+  ASSERT_EQ(std::memcmp(out.bytes.data(), cpu_out.bytes.data(), out.bytes.size()), 0)
+      << "fp8 codes differ from the CPU";
   ASSERT_EQ(std::memcmp(scales.bytes.data(), cpu_scales.bytes.data(), scales.bytes.size()), 0) << "scales differ";
 }
 
@@ -316,7 +339,7 @@ TEST(QuantizeFp8Gpu, BitIdenticalToCpuAllDtypesAndGroups) {
       const int64_t rows = 37, dim = group == 7 ? 21 * 7 : 512;
       HostTensor x = random_activations(dt, rows, dim, group, g);
       for (int64_t c = 0; c < group; ++c) x.set(3 * dim + c, 0.f);  // an all-zero group: finite scale
-      x.set(5 * dim + 2, std::nanf(""));                             // NaN stays NaN, the scale stays finite
+      x.set(5 * dim + 2, std::nanf(""));                            // NaN stays NaN, the scale stays finite
       HostTensor out(DType::fp8_e4m3, {rows, dim}), scales(DType::f32, {rows, dim / group});
       expect_quantize_matches({.x = x.view, .out = out.view, .scales = scales.view, .group = group}, out, scales);
       if (HasFatalFailure()) return;
@@ -353,13 +376,20 @@ TEST(IndexerQScaleGpu, EqualsWeightsWithTheScaleFoldedIn) {
     const int page_size = 64, next_n = 2, max_context = 712;
     IndexKeyPool kp(seqlens, page_size, 13, g);
     const int64_t rows = 6;
-    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g),
+               qs = random_q_scale(rows, heads, g);
     HostTensor sl(DType::i32, {3}), logits(DType::f32, {rows, max_context});
     for (int r = 0; r < 3; ++r) sl.ptr<int32_t>()[r] = seqlens[size_t(r)];
     const HostTensor wq = times(w, qs);
-    const IndexerPagedArgs with{.q = q.view, .weights = w.view, .index_k_cache = kp.pool.view,
-                                .page_table = kp.page_table.view, .seqlens = sl.view, .logits = logits.view,
-                                .page_size = page_size, .next_n = next_n, .q_scale = qs.view};
+    const IndexerPagedArgs with{.q = q.view,
+                                .weights = w.view,
+                                .index_k_cache = kp.pool.view,
+                                .page_table = kp.page_table.view,
+                                .seqlens = sl.view,
+                                .logits = logits.view,
+                                .page_size = page_size,
+                                .next_n = next_n,
+                                .q_scale = qs.view};
     IndexerPagedArgs folded = with;
     folded.weights = wq.view, folded.q_scale = {};
     const HostTensor a = run_paged_gpu(with, logits), b = run_paged_gpu(folded, logits);
@@ -368,18 +398,30 @@ TEST(IndexerQScaleGpu, EqualsWeightsWithTheScaleFoldedIn) {
   }
   {  // ragged
     const int64_t rows = 9, keys = 300;
-    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+    HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g),
+               qs = random_q_scale(rows, heads, g);
     KeyBuffer kb(keys, g);
     HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), logits(DType::f32, {rows, keys});
     for (int i = 0; i < rows; ++i) ks.ptr<int32_t>()[i] = 3 * i, ke.ptr<int32_t>()[i] = int32_t(keys - 5 * i);
     const HostTensor wq = times(w, qs);
-    DeviceMirror dq(q.view), dw(w.view), dwq(wq.view), dqs(qs.view), dk(kb.k.view), dks(kb.k_scale.view),
-        dlo(ks.view), dhi(ke.view), d1(logits.view), d2(logits.view);
+    DeviceMirror dq(q.view), dw(w.view), dwq(wq.view), dqs(qs.view), dk(kb.k.view), dks(kb.k_scale.view), dlo(ks.view),
+        dhi(ke.view), d1(logits.view), d2(logits.view);
     d1.poison(), d2.poison();
-    indexer_ragged({.q = dq.view, .weights = dw.view, .k = dk.view, .k_scale = dks.view, .ks = dlo.view,
-                    .ke = dhi.view, .logits = d1.view, .q_scale = dqs.view});
-    indexer_ragged({.q = dq.view, .weights = dwq.view, .k = dk.view, .k_scale = dks.view, .ks = dlo.view,
-                    .ke = dhi.view, .logits = d2.view});
+    indexer_ragged({.q = dq.view,
+                    .weights = dw.view,
+                    .k = dk.view,
+                    .k_scale = dks.view,
+                    .ks = dlo.view,
+                    .ke = dhi.view,
+                    .logits = d1.view,
+                    .q_scale = dqs.view});
+    indexer_ragged({.q = dq.view,
+                    .weights = dwq.view,
+                    .k = dk.view,
+                    .k_scale = dks.view,
+                    .ks = dlo.view,
+                    .ke = dhi.view,
+                    .logits = d2.view});
     stream_synchronize({});
     EXPECT_TRUE(d1.bytes() == d2.bytes());
     HostTensor got = logits;

@@ -32,14 +32,22 @@ struct DeviceTable {
   void upload(const TestPool& p, Stream st) {
     if (!buf.data()) buf = Buffer(p.table.size() * sizeof(int32_t), Device::cuda(0));
     view = TensorView::contiguous(buf.data(), DType::i32, {p.pool_size, p.max_ctx}, Device::cuda(0));
-    copy_async(view, TensorView::contiguous(const_cast<int32_t*>(p.table.data()), DType::i32, {p.pool_size, p.max_ctx}), st);
+    copy_async(view, TensorView::contiguous(const_cast<int32_t*>(p.table.data()), DType::i32, {p.pool_size, p.max_ctx}),
+               st);
   }
 };
 
 std::vector<int64_t> everything(const DenseMetadata& m, Stream st) {
-  std::vector<int64_t> v{int(m.mode), m.batch_size, m.num_q_rows, m.max_seq_len_q, m.max_seq_len_k, m.window_left,
-                         m.has_local_attn, m.local_attn_metadata.num_virtual_batches,
-                         m.local_attn_metadata.local_max_query_len, m.local_attn_metadata.local_max_seq_len};
+  std::vector<int64_t> v{int(m.mode),
+                         m.batch_size,
+                         m.num_q_rows,
+                         m.max_seq_len_q,
+                         m.max_seq_len_k,
+                         m.window_left,
+                         m.has_local_attn,
+                         m.local_attn_metadata.num_virtual_batches,
+                         m.local_attn_metadata.local_max_query_len,
+                         m.local_attn_metadata.local_max_seq_len};
   for (const TensorView* t : {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table,
                               &m.local_attn_metadata.local_query_start_loc, &m.local_attn_metadata.local_seqused_k,
                               &m.local_attn_metadata.local_block_table}) {
@@ -51,9 +59,9 @@ std::vector<int64_t> everything(const DenseMetadata& m, Stream st) {
 std::vector<int64_t> everything(const SparseMetadata& m, Stream st) {
   std::vector<int64_t> v{int(m.mode), m.batch_size, m.num_rows, m.max_seq_len_q, m.max_seq_len_k};
   v.insert(v.end(), m.nsa_extend_seq_lens_list.begin(), m.nsa_extend_seq_lens_list.end());
-  for (const TensorView* t : {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table_1,
-                              &m.real_page_table, &m.nsa_seqlens_expanded, &m.nsa_cache_seqlens_int32,
-                              &m.nsa_cu_seqlens_q, &m.nsa_cu_seqlens_k}) {
+  for (const TensorView* t :
+       {&m.cache_seqlens_int32, &m.cu_seqlens_q, &m.cu_seqlens_k, &m.page_table_1, &m.real_page_table,
+        &m.nsa_seqlens_expanded, &m.nsa_cache_seqlens_int32, &m.nsa_cu_seqlens_q, &m.nsa_cu_seqlens_k}) {
     for (int d = 0; d < t->ndim; ++d) v.push_back(t->shape[std::size_t(d)]);
     for (int32_t x : read_i32(*t, st)) v.push_back(x);
   }
@@ -61,7 +69,7 @@ std::vector<int64_t> everything(const SparseMetadata& m, Stream st) {
 }
 
 const SpeculativeConfig kSpec{.draft_token_num = 4, .num_steps = 4, .step_id = 2};
-const ForwardMode kModes[] = {ForwardMode::decode, ForwardMode::extend, ForwardMode::draft_decode,
+const ForwardMode kModes[] = {ForwardMode::decode,        ForwardMode::extend,       ForwardMode::draft_decode,
                               ForwardMode::target_verify, ForwardMode::draft_extend, ForwardMode::idle};
 constexpr int kCtx = 700;
 const PlanCapacity kCap{.max_bs = 32, .max_num_tokens = 2048, .max_context_len = kCtx};
@@ -84,7 +92,8 @@ TEST(PlanGpu, DenseEagerMatchesCpu) {
         DeviceTable dt;
         for (int iter = 0; iter < 3; ++iter) {
           const int bs = mode == ForwardMode::idle ? 0 : rand_int(g, 1, 32);
-          TestBatch b = random_batch(g, mode, bs, {.max_ctx = kCtx, .max_q = 60, .prefix = iter != 1, .spec = kSpec}, pool);
+          TestBatch b =
+              random_batch(g, mode, bs, {.max_ctx = kCtx, .max_q = 60, .prefix = iter != 1, .spec = kSpec}, pool);
           dt.upload(pool, stream.get());
           const DenseMetadata& mg = gpu.plan(b.spec(dt.view), stream.get());
           const DenseMetadata& mc = cpu.plan(b.spec(pool.view()));
@@ -109,7 +118,8 @@ TEST(PlanGpu, SparseEagerMatchesCpu) {
       DeviceTable dt;
       for (int iter = 0; iter < 3; ++iter) {
         const int bs = mode == ForwardMode::idle ? 0 : rand_int(g, 1, 32);
-        TestBatch b = random_batch(g, mode, bs, {.max_ctx = kCtx, .max_q = 60, .prefix = iter != 1, .spec = kSpec}, pool);
+        TestBatch b =
+            random_batch(g, mode, bs, {.max_ctx = kCtx, .max_q = 60, .prefix = iter != 1, .spec = kSpec}, pool);
         dt.upload(pool, stream.get());
         const SparseMetadata& mg = gpu.plan(b.spec(dt.view), stream.get());
         const SparseMetadata& mc = cpu.plan(b.spec(pool.view()));
@@ -123,8 +133,8 @@ TEST(PlanGpu, GraphReplayMatchesCpuAndKeepsAddresses) {
   REQUIRE_GPU();
   auto g = rng_for_test();
   GpuStream stream;
-  for (ForwardMode mode : {ForwardMode::decode, ForwardMode::draft_decode, ForwardMode::target_verify,
-                           ForwardMode::draft_extend}) {
+  for (ForwardMode mode :
+       {ForwardMode::decode, ForwardMode::draft_decode, ForwardMode::target_verify, ForwardMode::draft_extend}) {
     SCOPED_TRACE(to_string(mode));
     const int P = 16;
     DensePlanConfig dcfg{.page_size = P, .attention_chunk_size = 64, .spec = kSpec};
@@ -184,7 +194,8 @@ TEST(PlanGpu, TransformIndexMatchesCpu) {
       return d;
     };
     Buffer bt, bi, bo, bc;
-    TransformIndexArgs d{.page_table_1 = to_gpu(a.page_table_1, bt), .topk_indices = to_gpu(a.topk_indices, bi),
+    TransformIndexArgs d{.page_table_1 = to_gpu(a.page_table_1, bt),
+                         .topk_indices = to_gpu(a.topk_indices, bi),
                          .out = to_gpu(a.out, bo)};
     if (prefill) d.cu_seqlens_q = to_gpu(a.cu_seqlens_q, bc);
     memset_async(d.out, 0x7f, stream.get());
@@ -224,11 +235,12 @@ TEST(PlanGpu, HostCostPrinted) {
     return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
   };
   dense.capture(256, ForwardMode::decode, stream.get());
-  std::printf("[plan host cost, GPU] dense decode 256: %.1f us, dense replay 256: %.1f us, sparse decode 256: %.1f us,"
-              " dense extend 64: %.1f us, sparse extend 64: %.1f us\n",
-              time_us([&] { dense.plan(dec.spec(dt.view), stream.get()); }),
-              time_us([&] { dense.replay(256, ForwardMode::decode, dec.spec(dt.view), stream.get()); }),
-              time_us([&] { sparse.plan(dec.spec(dt.view), stream.get()); }),
-              time_us([&] { dense.plan(ext.spec(dt.view), stream.get()); }),
-              time_us([&] { sparse.plan(ext.spec(dt.view), stream.get()); }));
+  std::printf(
+      "[plan host cost, GPU] dense decode 256: %.1f us, dense replay 256: %.1f us, sparse decode 256: %.1f us,"
+      " dense extend 64: %.1f us, sparse extend 64: %.1f us\n",
+      time_us([&] { dense.plan(dec.spec(dt.view), stream.get()); }),
+      time_us([&] { dense.replay(256, ForwardMode::decode, dec.spec(dt.view), stream.get()); }),
+      time_us([&] { sparse.plan(dec.spec(dt.view), stream.get()); }),
+      time_us([&] { dense.plan(ext.spec(dt.view), stream.get()); }),
+      time_us([&] { sparse.plan(ext.spec(dt.view), stream.get()); }));
 }

@@ -124,7 +124,7 @@ TEST(SparseMlaGpuEdges, AllIndicesInvalidAndEmptyPool) {
     c.invalid_fraction = 1.0;  // all_indices_invalid: out 0, lse = max_logits = -inf
     c.with_sink = true;        // the sink does not make an empty row non-empty
     run_case(c, g);
-    c.num_slots = 0;           // empty pool: every index is out of range
+    c.num_slots = 0;  // empty pool: every index is out of range
     c.invalid_fraction = 0.0;
     run_case(c, g);
     if (HasFailure()) return;
@@ -176,9 +176,9 @@ TEST(SparseMlaGpuEdges, OutOfRangeAndDuplicateSlots) {
     SparseMlaProblem p = make_sparse_mla_problem(c, g);
     int32_t* idx = p.index_ptr();
     const int32_t bad[6] = {-1, -5, int32_t(c.num_slots), INT_MAX, INT_MIN, int32_t(c.num_slots) + 7};
-    for (int i = 0; i < 6; ++i) idx[i * 11] = bad[i];                  // row 0: scattered invalid slots
-    for (int i = 0; i < 130; ++i) idx[130 + i] = 17 + (i % 3);          // row 1: three slots, many times
-    for (int i = 0; i < 130; ++i) idx[260 + i] = i % 2 ? -1 : 1999;     // row 2: one slot, 65 times
+    for (int i = 0; i < 6; ++i) idx[i * 11] = bad[i];                // row 0: scattered invalid slots
+    for (int i = 0; i < 130; ++i) idx[130 + i] = 17 + (i % 3);       // row 1: three slots, many times
+    for (int i = 0; i < 130; ++i) idx[260 + i] = i % 2 ? -1 : 1999;  // row 2: one slot, 65 times
     check_case(p);
     if (HasFailure()) return;
   }
@@ -247,10 +247,11 @@ TEST(SparseMlaGpuEdges, StridedViews) {
   dlse_big.download(lse_big.view);
   for (int64_t r = 0; r < 3; ++r)
     for (int64_t h = 0; h < 20; ++h) {
-      ASSERT_EQ(0, std::memcmp(out_big.ptr<uint16_t>() + (r * 21 + h + 1) * 520, contiguous.out.view.ptr<uint16_t>() + (r * 20 + h) * 512,
-                               512 * 2))
+      ASSERT_EQ(0, std::memcmp(out_big.ptr<uint16_t>() + (r * 21 + h + 1) * 520,
+                               contiguous.out.view.ptr<uint16_t>() + (r * 20 + h) * 512, 512 * 2))
           << "row " << r << " head " << h;
-      ASSERT_EQ(0, std::memcmp(lse_big.ptr<float>() + r * 24 + h + 2, contiguous.lse.view.ptr<float>() + r * 20 + h, 4));
+      ASSERT_EQ(0,
+                std::memcmp(lse_big.ptr<float>() + r * 24 + h + 2, contiguous.lse.view.ptr<float>() + r * 20 + h, 4));
     }
   for (int64_t r = 0; r < 3; ++r) {  // padding: head 0 of out, the tail of every head, lse columns 0, 1, 22, 23
     EXPECT_EQ(out_big.ptr<uint16_t>()[r * 21 * 520], 0xffff);

@@ -87,7 +87,8 @@ struct Buffers {
   int rows = 0, width = 0;  // capacity rows, logits width
   bool ragged = false;
   Pair q_idx, w, q, logits, indices, out, lse, k_rag, k_rag_scale, ks, ke;
-  Buffers(int rows_, bool ragged_, std::mt19937_64& g) : rows(rows_), width(ragged_ ? kMaxBs * kCtx : kCtx), ragged(ragged_) {
+  Buffers(int rows_, bool ragged_, std::mt19937_64& g)
+      : rows(rows_), width(ragged_ ? kMaxBs * kCtx : kCtx), ragged(ragged_) {
     q_idx = Pair(random_fp8_q(rows, kIndexHeads, g));
     w = Pair(random_weights(rows, kIndexHeads, g));
     HostTensor qh(DType::bf16, {rows, kHeads, 576});
@@ -110,9 +111,7 @@ struct Buffers {
     fill_uniform(q.h, g);
     q_idx.upload(s), w.upload(s), q.upload(s);
   }
-  void poison_outputs(Stream s) {
-    logits.d.poison(s), indices.d.poison(s), out.d.poison(s), lse.d.poison(s);
-  }
+  void poison_outputs(Stream s) { logits.d.poison(s), indices.d.poison(s), out.d.poison(s), lse.d.poison(s); }
 };
 
 // The request's table as the paged indexer wants it: [bs, pages]; in target verify every request owns
@@ -134,19 +133,24 @@ struct Stage {
   SparseMlaArgs mla;
 };
 
-Stage stage_args(ForwardMode mode, const SparseMetadata& m, const TensorView& real_table, const TensorView& cache_seqlens,
-                 const TensorView& expanded, const TensorView& nsa_seqlens, const TensorView& table1,
-                 const TensorView& cu_q, const TensorView& q_idx, const TensorView& w, const TensorView& index_k,
-                 const TensorView& k_rag, const TensorView& k_rag_scale, const TensorView& ks, const TensorView& ke,
-                 const TensorView& logits, const TensorView& q, const TensorView& mla, const TensorView& indices,
-                 const TensorView& out, const TensorView& lse) {
+Stage stage_args(ForwardMode mode, const SparseMetadata& m, const TensorView& real_table,
+                 const TensorView& cache_seqlens, const TensorView& expanded, const TensorView& nsa_seqlens,
+                 const TensorView& table1, const TensorView& cu_q, const TensorView& q_idx, const TensorView& w,
+                 const TensorView& index_k, const TensorView& k_rag, const TensorView& k_rag_scale,
+                 const TensorView& ks, const TensorView& ke, const TensorView& logits, const TensorView& q,
+                 const TensorView& mla, const TensorView& indices, const TensorView& out, const TensorView& lse) {
   Stage st{};
   const int bs = m.batch_size;
   if (mode == ForwardMode::draft_extend) {
     st.ragged = {.q = q_idx, .weights = w, .k = k_rag, .k_scale = k_rag_scale, .ks = ks, .ke = ke, .logits = logits};
   } else {
-    st.paged = {.q = q_idx, .weights = w, .index_k_cache = index_k, .page_table = request_table(real_table, mode, bs),
-                .seqlens = cache_seqlens, .logits = logits, .page_size = kPage,
+    st.paged = {.q = q_idx,
+                .weights = w,
+                .index_k_cache = index_k,
+                .page_table = request_table(real_table, mode, bs),
+                .seqlens = cache_seqlens,
+                .logits = logits,
+                .page_size = kPage,
                 .next_n = mode == ForwardMode::target_verify ? kDraft : 1};
   }
   st.topk = {.scores = logits, .lengths = expanded, .out = indices, .topk = kTopk};
@@ -178,7 +182,9 @@ void run_stage(ForwardMode mode, const Stage& st, Workspace mla_ws, Stream s) {
 struct Outputs {
   HostTensor logits, indices, out, lse;
 };
-Outputs fetch(const Buffers& b, Stream s) { return {b.logits.fetch(s), b.indices.fetch(s), b.out.fetch(s), b.lse.fetch(s)}; }
+Outputs fetch(const Buffers& b, Stream s) {
+  return {b.logits.fetch(s), b.indices.fetch(s), b.out.fetch(s), b.lse.fetch(s)};
+}
 
 bool same(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
 
@@ -201,11 +207,11 @@ void run_mode(ForwardMode mode, std::mt19937_64& g) {
   planner.init({.max_bs = kMaxBs, .max_num_tokens = kMaxBs * kDraft, .max_context_len = kCtx}, s);
   const SparseMetadata& m = planner.capture(bs, mode, s);
   ASSERT_EQ(m.num_rows, rows);
-  const Stage dev = stage_args(mode, m, m.real_page_table, m.cache_seqlens_int32, m.nsa_seqlens_expanded,
-                               m.nsa_cache_seqlens_int32, m.page_table_1, m.cu_seqlens_q, buf.q_idx.d.view, buf.w.d.view,
-                               caches.index_k.d.view, buf.k_rag.d.view, buf.k_rag_scale.d.view, buf.ks.d.view,
-                               buf.ke.d.view, buf.logits.d.view, buf.q.d.view, caches.mla.d.view, buf.indices.d.view,
-                               buf.out.d.view, buf.lse.d.view);
+  const Stage dev =
+      stage_args(mode, m, m.real_page_table, m.cache_seqlens_int32, m.nsa_seqlens_expanded, m.nsa_cache_seqlens_int32,
+                 m.page_table_1, m.cu_seqlens_q, buf.q_idx.d.view, buf.w.d.view, caches.index_k.d.view,
+                 buf.k_rag.d.view, buf.k_rag_scale.d.view, buf.ks.d.view, buf.ke.d.view, buf.logits.d.view,
+                 buf.q.d.view, caches.mla.d.view, buf.indices.d.view, buf.out.d.view, buf.lse.d.view);
   Buffer mla_ws_buf(std::max<std::size_t>(sparse_mla_workspace_size(dev.mla, query_device_caps(Device::cuda())), 16),
                     Device::cuda());
   const Workspace mla_ws{mla_ws_buf.data(), mla_ws_buf.bytes()};
@@ -247,7 +253,8 @@ void run_mode(ForwardMode mode, std::mt19937_64& g) {
           buf.ke.h.ptr<int32_t>()[row] = r * kCtx + h_exp.view.ptr<int32_t>()[row];
         }
       }
-      for (int row = h_cu.view.ptr<int32_t>()[bs]; row < rows; ++row) buf.ks.h.ptr<int32_t>()[row] = buf.ke.h.ptr<int32_t>()[row] = 0;
+      for (int row = h_cu.view.ptr<int32_t>()[bs]; row < rows; ++row)
+        buf.ks.h.ptr<int32_t>()[row] = buf.ke.h.ptr<int32_t>()[row] = 0;
       buf.k_rag.upload(s), buf.k_rag_scale.upload(s), buf.ks.upload(s), buf.ke.upload(s);
     }
 
@@ -297,8 +304,8 @@ void run_mode(ForwardMode mode, std::mt19937_64& g) {
         for (int c = 0; c < kTopk; ++c) ASSERT_EQ(gi[c], -1) << "padding row " << row;
         continue;
       }
-      std::vector<int32_t> a(gi, gi + kTopk), c(c_indices.ptr<int32_t>() + int64_t(row) * kTopk,
-                                                   c_indices.ptr<int32_t>() + int64_t(row + 1) * kTopk);
+      std::vector<int32_t> a(gi, gi + kTopk),
+          c(c_indices.ptr<int32_t>() + int64_t(row) * kTopk, c_indices.ptr<int32_t>() + int64_t(row + 1) * kTopk);
       std::sort(a.begin(), a.end());
       std::sort(c.begin(), c.end());
       ASSERT_EQ(a, c) << "top-k row " << row;

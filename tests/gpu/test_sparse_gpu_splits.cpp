@@ -34,10 +34,13 @@ DeviceCaps h200_caps() { return DeviceCaps{132, 232448, 90}; }
 SparseMlaArgs shape_args(int64_t rows, int64_t h_q, int64_t topk, bool fp8) {
   const Device dev = Device::cuda();
   static char anchor[256];  // never read: the selector and the size query look at shapes only
-  auto view = [&](DType t, std::initializer_list<int64_t> shape) { return TensorView::contiguous(anchor, t, shape, dev); };
+  auto view = [&](DType t, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(anchor, t, shape, dev);
+  };
   return SparseMlaArgs{.q = view(DType::bf16, {rows, h_q, 576}),
                        .kv = fp8 ? view(DType::u8, {1000, 656}) : view(DType::bf16, {1000, 576}),
-                       .indices = view(DType::i32, {rows, topk}), .out = view(DType::bf16, {rows, h_q, 512}),
+                       .indices = view(DType::i32, {rows, topk}),
+                       .out = view(DType::bf16, {rows, h_q, 512}),
                        .softmax_scale = 0.1f};
 }
 
@@ -97,11 +100,12 @@ TEST(SparseMlaGpuSplits, AllIndicesInvalidInAChunk) {
       c.with_sink = sink;
       SparseMlaProblem p = make_sparse_mla_problem(c, g);
       int32_t* idx = p.index_ptr();
-      for (int i = 64; i < 128; ++i) idx[0 * 256 + i] = -1;                                       // row 0: chunk 1 empty
-      for (int i = 0; i < 256; ++i) if (i / 64 != 2) idx[1 * 256 + i] = i % 2 ? -7 : int32_t(c.num_slots);  // row 1: chunk 2 only
-      for (int i = 0; i < 256; ++i) idx[2 * 256 + i] = -1;                                        // row 2: nothing valid
-      for (int i = 0; i < 255; ++i) idx[3 * 256 + i] = -1;                                        // row 3: the last key only
-      for (int i = 0; i < 192; ++i) idx[4 * 256 + i] = int32_t(c.num_slots) + i;                  // row 4: the last chunk only
+      for (int i = 64; i < 128; ++i) idx[0 * 256 + i] = -1;  // row 0: chunk 1 empty
+      for (int i = 0; i < 256; ++i)
+        if (i / 64 != 2) idx[1 * 256 + i] = i % 2 ? -7 : int32_t(c.num_slots);    // row 1: chunk 2 only
+      for (int i = 0; i < 256; ++i) idx[2 * 256 + i] = -1;                        // row 2: nothing valid
+      for (int i = 0; i < 255; ++i) idx[3 * 256 + i] = -1;                        // row 3: the last key only
+      for (int i = 0; i < 192; ++i) idx[4 * 256 + i] = int32_t(c.num_slots) + i;  // row 4: the last chunk only
       check_splits(p, name_of(c) + (sink ? " sink" : " no sink"));
       if (HasFailure()) return;
     }

@@ -15,8 +15,8 @@
 
 namespace attnserve::test::dsa_gpu {
 
-#define DSA_REQUIRE_GPU()                                                  \
-  do {                                                                     \
+#define DSA_REQUIRE_GPU()                                                 \
+  do {                                                                    \
     if (!::attnserve::cuda_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
@@ -77,7 +77,8 @@ struct DeviceMirror {
 };
 
 // The larger of two same-precision references' errors: the tolerance rule's base.
-inline double same_precision_error(const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& ref) {
+inline double same_precision_error(const std::vector<double>& a, const std::vector<double>& b,
+                                   const std::vector<double>& ref) {
   return std::max(rel_l2(a, ref), rel_l2(b, ref));
 }
 

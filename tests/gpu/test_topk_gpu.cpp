@@ -132,8 +132,8 @@ TEST(TopkGpu, NegInfAndNaNAreStillCandidates) {
   for (int64_t i = 0; i < p.rows * p.width; ++i) p.row(0)[i] = -kInf;
   std::uniform_int_distribution<int64_t> pos(0, p.width - 1);
   for (int i = 0; i < 100; ++i) p.row(0)[pos(g)] = float(i);  // 100 finite, the rest -inf
-  fill_normal(p.row(1), 3000, g);                              // causal-style: -inf tail
-  for (int i = 0; i < 40; ++i) p.row(2)[pos(g)] = kInf;        // +inf ranks first
+  fill_normal(p.row(1), 3000, g);                             // causal-style: -inf tail
+  for (int i = 0; i < 40; ++i) p.row(2)[pos(g)] = kInf;       // +inf ranks first
   fill_normal(p.row(2) + 2000, 1000, g);
   fill_normal(p.row(3), 2 * p.width, g);
   for (int r = 3; r < 5; ++r)
@@ -176,16 +176,16 @@ TEST(TopkGpu, LongRows64KTo256K) {
   for (int64_t width : {int64_t(64) << 10, int64_t(128) << 10, int64_t(256) << 10}) {
     SCOPED_TRACE("width " + std::to_string(width));
     TopkProblem p(6, width, 2048);
-    fill_normal(p.row(0), width, g);                                    // random
+    fill_normal(p.row(0), width, g);  // random
     std::uniform_int_distribution<int> level(0, 255);
-    for (int64_t j = 0; j < width; ++j) p.row(1)[j] = float(level(g));  // ~1000 equals per value
+    for (int64_t j = 0; j < width; ++j) p.row(1)[j] = float(level(g));                     // ~1000 equals per value
     for (int64_t j = 0; j < width; ++j) p.row(2)[j] = (j % 5 == 2) ? 3.f : -float(j % 7);  // >16K equal maxima
-    std::uniform_int_distribution<uint32_t> ulps(0, 65535);             // one top-12-bit bin, all levels used
+    std::uniform_int_distribution<uint32_t> ulps(0, 65535);  // one top-12-bit bin, all levels used
     for (int64_t j = 0; j < width; ++j) p.row(3)[j] = bits_f32(0x3f800000u + ulps(g));
     p.lengths.ptr<int32_t>()[3] = int32_t(width - 12345);
-    for (int64_t j = 0; j < width; ++j) p.row(4)[j] = 1.f;              // all equal: the first 2048
+    for (int64_t j = 0; j < width; ++j) p.row(4)[j] = 1.f;  // all equal: the first 2048
     fill_normal(p.row(5), width, g);
-    for (int64_t j = 0; j < width; j += 3) p.row(5)[j] = 0.5f;          // a third of the row tied mid-range
+    for (int64_t j = 0; j < width; j += 3) p.row(5)[j] = 0.5f;  // a third of the row tied mid-range
     check_gpu(p);
     if (HasFatalFailure()) return;
   }
@@ -232,7 +232,8 @@ TEST(TopkGpu, TransformPrefillFindsTheRequest) {
   for (int r = 0; r < 5; ++r) cu.ptr<int32_t>()[r + 1] = cu.ptr<int32_t>()[r] + q_lens[size_t(r)];
   auto a = p.args();
   a.transform = TopkTransform::prefill, a.page_table_1 = table.view, a.cu_seqlens_q = cu.view;
-  check_gpu(p, a, [&](int64_t row, int64_t j) { return table.ptr<int32_t>()[request_of_row[size_t(row)] * 12000 + j]; });
+  check_gpu(p, a,
+            [&](int64_t row, int64_t j) { return table.ptr<int32_t>()[request_of_row[size_t(row)] * 12000 + j]; });
 }
 
 TEST(TopkGpu, TransformRaggedAddsTheOffset) {
@@ -414,7 +415,7 @@ TEST(TopkGpu, WholeRowRegimeNaNAndTiesAtTheThreshold) {
         float* x = p.row(r);
         for (int64_t j = 0; j < width; ++j) {
           const int c = pick(g);
-          if (r % 3 == 0 && c < 7) x[j] = std::nanf("");    // k-th is NaN: ties by position among NaNs
+          if (r % 3 == 0 && c < 7) x[j] = std::nanf("");  // k-th is NaN: ties by position among NaNs
           else if (r % 3 == 1 && c < 6) x[j] = -kInf;     // k-th is -inf
           else if (r % 3 == 2 && c < 8) x[j] = 0.5f;      // k-th is a tie at 0.5
         }

@@ -28,9 +28,25 @@ class DeepSeekModel final : public Model {
   static constexpr int kLatent = 512, kRope = 64, kRow = 576;
 
   DeepSeekModel(const Settings& s, const CacheShape& cache, RunStats& stats)
-      : s_(s), cache_(cache), stats_(stats), q_(s.device), latent_(s.device), rope_(s.device), iq_(s.device),
-        iq8_(s.device), iscale_(s.device), iw_(s.device), ik_(s.device), logits_(s.device), gk_(s.device),
-        gks_(s.device), gslots_(s.device), ks_(s.device), ke_(s.device), out_(s.device), loc_(s.device) {
+      : s_(s),
+        cache_(cache),
+        stats_(stats),
+        q_(s.device),
+        latent_(s.device),
+        rope_(s.device),
+        iq_(s.device),
+        iq8_(s.device),
+        iscale_(s.device),
+        iw_(s.device),
+        ik_(s.device),
+        logits_(s.device),
+        gk_(s.device),
+        gks_(s.device),
+        gslots_(s.device),
+        ks_(s.device),
+        ke_(s.device),
+        out_(s.device),
+        loc_(s.device) {
     using namespace attnserve;
     // DeepSeek-V3.2's softmax scale: 192^-0.5 * mscale^2 with YaRN's mscale = 0.1 ln(40) + 1.
     const double mscale = 0.1 * std::log(40.0) + 1.0;
@@ -52,9 +68,8 @@ class DeepSeekModel final : public Model {
     return "DeepSeek-V3.2 DSA: MLA 576/512, " + std::to_string(s_.heads) + " heads; indexer " +
            std::to_string(s_.index_heads) + " x 128, top-k " + std::to_string(s_.topk) + "; " +
            std::to_string(s_.layers) + " layers" + (s_.spec ? " + 1 draft (MTP) layer" : "") + "; FP8-656 KV (" +
-           attnserve::to_string(target_->backend->resolved_prefill_impl()) + "), page " +
-           std::to_string(s_.page_size) + ", " + std::to_string(cache_.num_slots) + " slots (" +
-           std::to_string(int(mb + 0.5)) + " MB)";
+           attnserve::to_string(target_->backend->resolved_prefill_impl()) + "), page " + std::to_string(s_.page_size) +
+           ", " + std::to_string(cache_.num_slots) + " slots (" + std::to_string(int(mb + 0.5)) + " MB)";
   }
 
   void forward(Worker w, const Step& step, bool check) override {
@@ -155,7 +170,12 @@ class DeepSeekModel final : public Model {
       {
         PhaseTimer t(stats_, Phase::attention, s_.device);
         const LayerSpec spec{.layer_id = layer, .scaling = scale_};
-        b.forward({.q = q, .out = out, .k = latent, .k_rope = rope, .out_cache_loc = loc, .save_kv_cache = true,
+        b.forward({.q = q,
+                   .out = out,
+                   .k = latent,
+                   .k_rope = rope,
+                   .out_cache_loc = loc,
+                   .save_kv_cache = true,
                    .topk_indices = topk_slots},
                   spec);
       }
@@ -186,8 +206,14 @@ class DeepSeekModel final : public Model {
       int64_t width = 1;
       for (const QueryRow& r : rows) width = std::max<int64_t>(width, r.pos + 1);
       const TensorView logits = logits_.view(DType::f32, {T, width});
-      indexer_paged({.q = q8, .weights = w, .index_k_cache = index_cache, .page_table = b.get_page_table_64(),
-                     .seqlens = b.get_seqlens_expanded(), .logits = logits, .page_size = s_.page_size, .next_n = 1,
+      indexer_paged({.q = q8,
+                     .weights = w,
+                     .index_k_cache = index_cache,
+                     .page_table = b.get_page_table_64(),
+                     .seqlens = b.get_seqlens_expanded(),
+                     .logits = logits,
+                     .page_size = s_.page_size,
+                     .next_n = 1,
                      .q_scale = scales});
       return b.topk_transform(logits, s_.topk);
     }
@@ -204,8 +230,11 @@ class DeepSeekModel final : public Model {
     const int64_t K = base.back();
     const TensorView gk = gk_.view(DType::fp8_e4m3, {K, kIndexDim});
     const TensorView gks = gks_.view(DType::f32, {K});
-    gather_index_k({.index_k_cache = index_cache, .slots = gslots_.upload(slots, DType::i32, {K}), .out_k = gk,
-                    .out_scale = gks, .page_size = int(s_.page_size)});
+    gather_index_k({.index_k_cache = index_cache,
+                    .slots = gslots_.upload(slots, DType::i32, {K}),
+                    .out_k = gk,
+                    .out_scale = gks,
+                    .page_size = int(s_.page_size)});
     std::vector<int32_t> ks(static_cast<std::size_t>(T), 0), ke(static_cast<std::size_t>(T), 0);  // padding: no key
     for (std::size_t i = 0; i < rows.size(); ++i) {
       ks[i] = int32_t(base[std::size_t(rows[i].req)]);
@@ -213,8 +242,8 @@ class DeepSeekModel final : public Model {
     }
     const TensorView ks_v = ks_.upload(ks, DType::i32, {T}), ke_v = ke_.upload(ke, DType::i32, {T});
     const TensorView logits = logits_.view(DType::f32, {T, K});
-    indexer_ragged({.q = q8, .weights = w, .k = gk, .k_scale = gks, .ks = ks_v, .ke = ke_v, .logits = logits,
-                    .q_scale = scales});
+    indexer_ragged(
+        {.q = q8, .weights = w, .k = gk, .k_scale = gks, .ks = ks_v, .ke = ke_v, .logits = logits, .q_scale = scales});
     return b.topk_transform(logits, s_.topk, {}, ks_v);
   }
 
@@ -224,7 +253,8 @@ class DeepSeekModel final : public Model {
   // activations regenerated by position and quantized as the FP8-656 cache holds them.
   void check(Worker w, int layer, const Step& step, const std::vector<QueryRow>& rows,
              const std::vector<attnserve::bf16_t>& out, const std::vector<int32_t>& topk) {
-    const std::vector<int> picked = rows_to_check(rows, s_.check_rows, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
+    const std::vector<int> picked =
+        rows_to_check(rows, s_.check_rows, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
     std::vector<RowCheck> results;
     for (int i : picked) results.push_back(check_row(w, layer, step, rows[std::size_t(i)], out, topk, i));
     record_checks(stats_, "deepseek", w, layer, step, rows, picked, results);
@@ -247,7 +277,8 @@ class DeepSeekModel final : public Model {
     for (int j = 0; j < K; ++j) {
       const int32_t slot = topk[std::size_t(int64_t(i) * K + j)];
       if (j >= expected) {
-        if (slot != -1) return fail("top-k entry " + std::to_string(j) + " is " + std::to_string(slot) + ", expected -1");
+        if (slot != -1)
+          return fail("top-k entry " + std::to_string(j) + " is " + std::to_string(slot) + ", expected -1");
         continue;
       }
       const auto it = position_of.find(slot);

@@ -28,8 +28,8 @@ class DenseModel final : public Model {
     target_ = std::make_unique<DenseBackend>(config(*target_pool_));
     capture_graphs(s, *target_, Worker::target, static_cast<DenseMultiStepBackend*>(nullptr));
     if (s.spec) {
-      draft_pool_ = std::make_unique<MhaKvPool>(1, cache.num_slots, s.kv_heads, s.head_dim, s.head_dim, DType::bf16,
-                                                s.device);
+      draft_pool_ =
+          std::make_unique<MhaKvPool>(1, cache.num_slots, s.kv_heads, s.head_dim, s.head_dim, DType::bf16, s.device);
       draft_ = std::make_unique<DenseBackend>(config(*draft_pool_));
       draft_steps_ = std::make_unique<DenseMultiStepBackend>(config(*draft_pool_));
       capture_graphs(s, *draft_, Worker::draft, draft_steps_.get());
@@ -123,7 +123,8 @@ class DenseModel final : public Model {
   // 0 .. pos, from the start of its chunk on a local layer), regenerated from the token ids.
   void check(Worker w, int layer, const Step& step, const std::vector<QueryRow>& rows,
              const std::vector<attnserve::bf16_t>& out) {
-    const std::vector<int> picked = rows_to_check(rows, s_.check_rows, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
+    const std::vector<int> picked =
+        rows_to_check(rows, s_.check_rows, uint64_t(stats_.oracle.rows) * 31 + uint64_t(layer));
     std::vector<RowCheck> results;
     for (int i : picked) results.push_back(check_row(w, layer, step, rows[std::size_t(i)], out, i));
     record_checks(stats_, "dense", w, layer, step, rows, picked, results);

@@ -54,8 +54,11 @@ inline TraceResult run_trace(const Settings& s) {
   res.settings = s;
   const SchedulerConfig sc = scheduler_config(s);
   Scheduler sched(sc,
-                  make_workload({.requests = s.requests, .min_prompt = s.min_prompt, .max_prompt = s.max_prompt,
-                                 .max_output = s.max_output, .arrival_gap = s.arrival_gap},
+                  make_workload({.requests = s.requests,
+                                 .min_prompt = s.min_prompt,
+                                 .max_prompt = s.max_prompt,
+                                 .max_output = s.max_output,
+                                 .arrival_gap = s.arrival_gap},
                                 s.seed + (s.model == ModelKind::dense ? 0 : 1000)),
                   s.device);
   const CacheShape cache{sched.table().table(), sc.num_slots, sc.max_context};
@@ -64,13 +67,14 @@ inline TraceResult run_trace(const Settings& s) {
   else model = std::make_unique<DeepSeekModel>(s, cache, res.stats);
   res.description = model->describe();
   std::printf("\n== %s: %s\n", to_string(s.model), res.description.c_str());
-  std::printf("   trace: %d requests, prompts %d..%d, outputs 1..%d; batch <= %d, prefill budget %d tokens/step; "
-              "EAGLE %s\n",
-              s.requests, s.min_prompt, s.max_prompt, s.max_output, s.max_bs, s.prefill_budget,
-              s.spec ? ("num_steps " + std::to_string(s.spec_steps) + ", draft tokens " + std::to_string(s.draft_tokens) +
-                        ", batches <= " + std::to_string(s.spec_max_bs))
-                           .c_str()
-                     : "off");
+  std::printf(
+      "   trace: %d requests, prompts %d..%d, outputs 1..%d; batch <= %d, prefill budget %d tokens/step; "
+      "EAGLE %s\n",
+      s.requests, s.min_prompt, s.max_prompt, s.max_output, s.max_bs, s.prefill_budget,
+      s.spec ? ("num_steps " + std::to_string(s.spec_steps) + ", draft tokens " + std::to_string(s.draft_tokens) +
+                ", batches <= " + std::to_string(s.spec_max_bs))
+                   .c_str()
+             : "off");
   std::fflush(stdout);
 
   // The oracle's sample: the first pass of each (worker, mode), then every Nth pass.
@@ -123,9 +127,10 @@ inline TraceResult run_trace(const Settings& s) {
     }
     ++res.steps[std::size_t(work)];
     if (!s.quiet && s.progress_every > 0 && sched.steps() % s.progress_every == 0) {
-      std::printf("   step %4d  %-7s bs %3d  tokens %5d | KV pages %5lld / %lld | running %3d  waiting %3d  done %3d/%d\n",
-                  sched.steps(), to_string(work), bs, tokens, (long long)sched.pages_in_use(),
-                  (long long)sched.usable_pages(), sched.running(), sched.waiting(), sched.finished(), sched.total());
+      std::printf(
+          "   step %4d  %-7s bs %3d  tokens %5d | KV pages %5lld / %lld | running %3d  waiting %3d  done %3d/%d\n",
+          sched.steps(), to_string(work), bs, tokens, (long long)sched.pages_in_use(), (long long)sched.usable_pages(),
+          sched.running(), sched.waiting(), sched.finished(), sched.total());
       std::fflush(stdout);
     }
   }

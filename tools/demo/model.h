@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "attnserve/backend.h"
-#include "oracle.h"
 #include "options.h"
+#include "oracle.h"
 #include "scheduler.h"
 #include "stats.h"
 
@@ -93,7 +93,8 @@ void capture_graphs(const Settings& s, Backend& b, Worker w, MultiStep* steps) {
   if (steps) steps->init_cuda_graph_state(s.graph_max_bs, s.graph_max_bs);
   for (int bs : graph_batch_sizes(s.graph_max_bs)) {
     b.init_forward_metadata_capture_cuda_graph(bs, bs, ForwardMode::decode);
-    if (s.spec && w == Worker::target) b.init_forward_metadata_capture_cuda_graph(bs, bs * D, ForwardMode::target_verify);
+    if (s.spec && w == Worker::target)
+      b.init_forward_metadata_capture_cuda_graph(bs, bs * D, ForwardMode::target_verify);
     if (s.spec && w == Worker::draft) b.init_forward_metadata_capture_cuda_graph(bs, bs * D, ForwardMode::draft_extend);
     if (steps) steps->init_forward_metadata_capture_cuda_graph(bs);
   }

@@ -35,23 +35,23 @@ struct Settings {
   // Workload.
   int requests = 0, min_prompt = 0, max_prompt = 0, max_output = 0, arrival_gap = 0;
   // Model shape.
-  int layers = 0;          // target layers (the draft model has one)
-  int heads = 0;           // query heads (dense: 32 Llama-3-8B; DeepSeek-V3.2: 128)
-  int kv_heads = 0;        // dense only
-  int head_dim = 0;        // dense only
-  int index_heads = 0;     // DeepSeek only: lightning-indexer heads (64), head dim 128
-  int topk = 0;            // DeepSeek only: nsa_index_topk (2048)
-  int local_chunk = 0;     // dense only: attention_chunk_size of the local layers (0: none)
+  int layers = 0;       // target layers (the draft model has one)
+  int heads = 0;        // query heads (dense: 32 Llama-3-8B; DeepSeek-V3.2: 128)
+  int kv_heads = 0;     // dense only
+  int head_dim = 0;     // dense only
+  int index_heads = 0;  // DeepSeek only: lightning-indexer heads (64), head dim 128
+  int topk = 0;         // DeepSeek only: nsa_index_topk (2048)
+  int local_chunk = 0;  // dense only: attention_chunk_size of the local layers (0: none)
   int page_size = 0;
   // Server.
   int max_bs = 0, prefill_budget = 0, kv_tokens = 0;
   bool spec = true;
   int spec_steps = 0, draft_tokens = 0, spec_max_bs = 0;
-  int graph_max_bs = 0;    // decode-like batches up to this size replay captured metadata (0: none)
+  int graph_max_bs = 0;  // decode-like batches up to this size replay captured metadata (0: none)
   // Demo.
   uint64_t seed = 1;
   int check_every = 0, progress_every = 0;
-  int check_rows = 0;      // rows the oracle recomputes per checked pass and layer
+  int check_rows = 0;  // rows the oracle recomputes per checked pass and layer
   bool quiet = false;
 
   int max_context() const { return max_prompt + max_output + draft_tokens; }

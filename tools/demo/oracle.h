@@ -62,8 +62,8 @@ inline std::vector<double> gqa_reference(const float* q, const std::vector<float
       for (int c = 0; c < d; ++c) dot += double(q[h * d + c]) * kj[c];
       s[std::size_t(j)] = dot;
     }
-    softmax_combine(s, scale, d, [&](std::size_t j) { return &v[(j * h_kv + kvh) * std::size_t(d)]; },
-                    &out[std::size_t(h) * d]);
+    softmax_combine(
+        s, scale, d, [&](std::size_t j) { return &v[(j * h_kv + kvh) * std::size_t(d)]; }, &out[std::size_t(h) * d]);
   }
   return out;
 }
@@ -80,7 +80,8 @@ inline std::vector<double> mla_reference(const float* q, const std::vector<float
       for (int c = 0; c < kRow; ++c) dot += double(q[hh * kRow + c]) * kv[std::size_t(j * kRow + c)];
       s[std::size_t(j)] = dot;
     }
-    softmax_combine(s, scale, kLatent, [&](std::size_t j) { return &kv[j * kRow]; }, &out[std::size_t(hh) * kLatent]);
+    softmax_combine(
+        s, scale, kLatent, [&](std::size_t j) { return &kv[j * kRow]; }, &out[std::size_t(hh) * kLatent]);
   }
   return out;
 }

@@ -88,13 +88,13 @@ struct SpecRound {
 
 struct SchedulerConfig {
   int page_size = 16;
-  int64_t num_slots = 0;    // the KV pools' slots, page 0 (padding) included
-  int max_running = 1;      // ReqToTokenPool rows = the batch size cap
-  int max_context = 0;      // ReqToTokenPool row width (every position a request may reach)
-  int prefill_budget = 1;   // prefill tokens per step
-  int spec_steps = 0;       // EAGLE num_steps; 0 = no speculative decoding
-  int draft_tokens = 0;     // EAGLE draft tokens (verify rows per request), 2 .. spec_steps + 1
-  int spec_max_bs = 0;      // decode batches larger than this decode plainly
+  int64_t num_slots = 0;   // the KV pools' slots, page 0 (padding) included
+  int max_running = 1;     // ReqToTokenPool rows = the batch size cap
+  int max_context = 0;     // ReqToTokenPool row width (every position a request may reach)
+  int prefill_budget = 1;  // prefill tokens per step
+  int spec_steps = 0;      // EAGLE num_steps; 0 = no speculative decoding
+  int draft_tokens = 0;    // EAGLE draft tokens (verify rows per request), 2 .. spec_steps + 1
+  int spec_max_bs = 0;     // decode batches larger than this decode plainly
   uint64_t seed = 1;
 };
 
@@ -155,7 +155,8 @@ class Scheduler {
       take_arrivals();
     }
     admit();
-    if (running_.empty()) throw std::logic_error("scheduler: a waiting request could not be admitted into an empty pool");
+    if (running_.empty())
+      throw std::logic_error("scheduler: a waiting request could not be admitted into an empty pool");
     bool prefill = false;
     int decoding = 0;
     for (int i : running_) {
@@ -290,8 +291,8 @@ class Scheduler {
     for (int k = 0; k < tv.batch_size(); ++k) {
       const Request& r = by_id(tv.reqs[std::size_t(k)].id);
       const int L = r.committed;
-      const int a = std::min(std::uniform_int_distribution<int>(1, cfg_.draft_tokens)(rng_),
-                             r.spec.output_len - r.generated);
+      const int a =
+          std::min(std::uniform_int_distribution<int>(1, cfg_.draft_tokens)(rng_), r.spec.output_len - r.generated);
       round.accepted.push_back(a);
       add_request(de, index_of(r.spec.id), L + a);
       de.seq_lens.push_back(L + a);
@@ -356,14 +357,16 @@ class Scheduler {
         if (t.device.is_cpu() && t.ptr<int32_t>()[r.row * t.stride(0) + p] != s)
           return "request " + std::to_string(r.spec.id) + ": table row differs from its slots";
         const int page = s / P;
-        if (page == 0 || !alloc_.page_allocated(page)) return "request " + std::to_string(r.spec.id) + ": page not allocated";
+        if (page == 0 || !alloc_.page_allocated(page))
+          return "request " + std::to_string(r.spec.id) + ": page not allocated";
         if (owner[std::size_t(page)] == -1) owner[std::size_t(page)] = i, ++owned;
         else if (owner[std::size_t(page)] != i) return "page " + std::to_string(page) + " has two owners";
       }
       // Positions within the last page past `committed` belong to the same page: nothing to check.
     }
     if (owned != pages_in_use())
-      return "pages in use " + std::to_string(pages_in_use()) + " != pages of running requests " + std::to_string(owned);
+      return "pages in use " + std::to_string(pages_in_use()) + " != pages of running requests " +
+             std::to_string(owned);
     if (table_.available() != table_.size() - int64_t(running_.size())) return "table rows leaked";
     int64_t reserved = 0;
     for (int i : running_) reserved += pages_needed(reqs_[std::size_t(i)].spec);
@@ -378,10 +381,10 @@ class Scheduler {
     RequestSpec spec;
     State state = State::queued;
     int64_t row = -1;
-    std::vector<uint64_t> ids;    // by position: prompt, generated, then the pending/drafted tokens
-    std::vector<int32_t> slots;   // by position: the slots of the allocated positions
-    int committed = 0;            // positions in the KV caches
-    int generated = 0;            // output tokens so far
+    std::vector<uint64_t> ids;   // by position: prompt, generated, then the pending/drafted tokens
+    std::vector<int32_t> slots;  // by position: the slots of the allocated positions
+    int committed = 0;           // positions in the KV caches
+    int generated = 0;           // output tokens so far
   };
 
   int lookahead() const { return speculative() ? std::max(cfg_.draft_tokens, cfg_.spec_steps) : 1; }
@@ -430,8 +433,7 @@ class Scheduler {
   static void add_rows(Step& s, int first, int n) {
     const int k = s.batch_size() - 1;
     const StepRequest& q = s.reqs.back();
-    for (int p = first; p < first + n; ++p)
-      s.rows.push_back({k, p, q.ids[std::size_t(p)], q.slots[std::size_t(p)]});
+    for (int p = first; p < first + n; ++p) s.rows.push_back({k, p, q.ids[std::size_t(p)], q.slots[std::size_t(p)]});
   }
   int index_of(int id) const {
     for (std::size_t i = 0; i < reqs_.size(); ++i)

@@ -30,9 +30,9 @@ constexpr int kNumModes = 6;  // ForwardMode values
 
 struct OracleStats {
   int64_t passes = 0, rows = 0, failed_rows = 0;
-  double max_err = 0;           // worst rel. L2 error of a checked row
-  int64_t topk_rows = 0;        // rows whose top-k selection was checked against the oracle's scores
-  int64_t topk_sparse_rows = 0; // of which had more keys than top-k (a real selection)
+  double max_err = 0;            // worst rel. L2 error of a checked row
+  int64_t topk_rows = 0;         // rows whose top-k selection was checked against the oracle's scores
+  int64_t topk_sparse_rows = 0;  // of which had more keys than top-k (a real selection)
   std::array<int64_t, kNumModes> passes_by_mode{};
 };
 
@@ -40,7 +40,7 @@ struct RunStats {
   std::array<double, std::size_t(Phase::count)> seconds{};
   // Forward passes per (worker, mode); draft decode counts one per draft step with attention.
   std::array<std::array<int64_t, kNumModes>, 2> passes{};
-  std::array<std::array<int64_t, kNumModes>, 2> rows{};  // query rows
+  std::array<std::array<int64_t, kNumModes>, 2> rows{};          // query rows
   std::array<std::array<int64_t, kNumModes>, 2> graph_passes{};  // of the passes: on captured graph metadata
   OracleStats oracle;
   double wall = 0;

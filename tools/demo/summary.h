@@ -19,7 +19,9 @@ inline std::string num(int64_t v) { return std::to_string(v); }
 class SummaryTable {
  public:
   explicit SummaryTable(std::vector<std::string> columns) : columns_(std::move(columns)) {}
-  void row(std::string label, std::vector<std::string> values) { rows_.push_back({std::move(label), std::move(values)}); }
+  void row(std::string label, std::vector<std::string> values) {
+    rows_.push_back({std::move(label), std::move(values)});
+  }
   void section(std::string title) { rows_.push_back({std::move(title), {}}); }
   void print() const {
     std::size_t label_w = 0;
@@ -77,9 +79,8 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
           return num(r.counters.spec_rounds) + " / " + fmt("%.2f", per) + " of " + num(r.settings.draft_tokens);
         }));
   t.section("steps and forward passes");
-  t.row("  scheduler steps: prefill / decode / eagle", each([](const TraceResult& r) {
-          return num(r.steps[0]) + " / " + num(r.steps[1]) + " / " + num(r.steps[2]);
-        }));
+  t.row("  scheduler steps: prefill / decode / eagle",
+        each([](const TraceResult& r) { return num(r.steps[0]) + " / " + num(r.steps[1]) + " / " + num(r.steps[2]); }));
   t.row("  target: extend / decode / verify", each([&](const TraceResult& r) {
           return num(passes(r, Worker::target, M::extend)) + " / " + num(passes(r, Worker::target, M::decode)) + " / " +
                  num(passes(r, Worker::target, M::target_verify));
@@ -91,7 +92,8 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
   t.row("  draft: extend / decode / draft decode / draft extend", each([&](const TraceResult& r) {
           if (!r.settings.spec) return std::string("-");
           return num(passes(r, Worker::draft, M::extend)) + " / " + num(passes(r, Worker::draft, M::decode)) + " / " +
-                 num(passes(r, Worker::draft, M::draft_decode)) + " / " + num(passes(r, Worker::draft, M::draft_extend));
+                 num(passes(r, Worker::draft, M::draft_decode)) + " / " +
+                 num(passes(r, Worker::draft, M::draft_extend));
         }));
   t.row("  of which on captured graph metadata", each([&](const TraceResult& r) {
           int64_t g = 0;
@@ -99,9 +101,8 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
             for (int64_t v : w) g += v;
           return num(g) + " (graph batch sizes <= " + num(r.settings.graph_max_bs) + ")";
         }));
-  t.row("  peak batch (requests running)", each([](const TraceResult& r) {
-          return num(r.peak_running) + " of " + num(r.settings.max_bs);
-        }));
+  t.row("  peak batch (requests running)",
+        each([](const TraceResult& r) { return num(r.peak_running) + " of " + num(r.settings.max_bs); }));
   t.row("  KV pool: peak pages in use", each([](const TraceResult& r) {
           return num(r.peak_pages) + " / " + num(r.usable_pages) + " (" +
                  fmt("%.0f%%", 100.0 * double(r.peak_pages) / double(r.usable_pages)) + ")";
@@ -110,7 +111,8 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
   for (int p = 0; p < int(Phase::count); ++p) {
     if (Phase(p) == Phase::index_store || Phase(p) == Phase::indexer) {
       t.row(std::string("  ") + to_string(Phase(p)), each([&](const TraceResult& r) {
-              return r.settings.model == ModelKind::deepseek ? fmt("%.2f", r.stats.seconds[std::size_t(p)]) : std::string("-");
+              return r.settings.model == ModelKind::deepseek ? fmt("%.2f", r.stats.seconds[std::size_t(p)])
+                                                             : std::string("-");
             }));
       continue;
     }
@@ -120,10 +122,10 @@ inline void print_summary(const std::vector<TraceResult>& runs) {
   t.row("  wall", each([](const TraceResult& r) { return fmt("%.2f", r.stats.wall); }));
   t.section("oracle (fp64 brute force)");
   t.row("  passes checked", each([](const TraceResult& r) { return num(r.stats.oracle.passes); }));
-  t.row("  rows checked / failed", each([](const TraceResult& r) {
-          return num(r.stats.oracle.rows) + " / " + num(r.stats.oracle.failed_rows);
-        }));
-  t.row("  max rel. error (tolerance 7.8e-3)", each([](const TraceResult& r) { return fmt("%.1e", r.stats.oracle.max_err); }));
+  t.row("  rows checked / failed",
+        each([](const TraceResult& r) { return num(r.stats.oracle.rows) + " / " + num(r.stats.oracle.failed_rows); }));
+  t.row("  max rel. error (tolerance 7.8e-3)",
+        each([](const TraceResult& r) { return fmt("%.1e", r.stats.oracle.max_err); }));
   t.row("  top-k rows checked (with a real choice)", each([](const TraceResult& r) {
           if (r.settings.model != ModelKind::deepseek) return std::string("-");
           return num(r.stats.oracle.topk_rows) + " (" + num(r.stats.oracle.topk_sparse_rows) + ")";

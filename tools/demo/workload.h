@@ -8,7 +8,7 @@ namespace demo {
 
 struct RequestSpec {
   int id = 0;
-  int arrival = 0;     // the scheduler step at which the request arrives
+  int arrival = 0;  // the scheduler step at which the request arrives
   int prompt_len = 1;
   int output_len = 1;  // tokens to generate (the first comes with the end of the prefill)
 };
@@ -25,7 +25,9 @@ inline std::vector<RequestSpec> make_workload(const WorkloadShape& w, uint64_t s
   int t = 0;
   for (int i = 0; i < w.requests; ++i) {
     if (i > 0) t += uniform(0, w.arrival_gap);
-    reqs.push_back({.id = i, .arrival = t, .prompt_len = uniform(w.min_prompt, w.max_prompt),
+    reqs.push_back({.id = i,
+                    .arrival = t,
+                    .prompt_len = uniform(w.min_prompt, w.max_prompt),
                     .output_len = uniform(1, w.max_output)});
   }
   return reqs;

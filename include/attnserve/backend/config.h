@@ -34,13 +34,13 @@ std::vector<KvLayerBuffers> kv_buffers_of(const MlaKvPool& pool);
 
 // The seeds' RadixAttention fields. An unset optional takes the backend config's value.
 struct LayerSpec {
-  int layer_id = 0;                           // index into config.kv_buffers
-  std::optional<float> scaling{};             // softmax scale (DeepSeek-V3.2: 192^-0.5 * mscale^2)
-  std::optional<float> logit_cap{};           // softcap; 0 = off
-  std::optional<int> sliding_window_size{};   // -1 = none; w >= 0: the row at position p sees keys p - w .. p
-  bool use_irope = false;                     // a local (chunked) attention layer (Llama 4); needs
-                                              //   config.attention_chunk_size > 0, else the layer is global
-  std::optional<float> k_scale{};             // fp8 MHA cache; unset: the KvLayerBuffers' scales
+  int layer_id = 0;                          // index into config.kv_buffers
+  std::optional<float> scaling{};            // softmax scale (DeepSeek-V3.2: 192^-0.5 * mscale^2)
+  std::optional<float> logit_cap{};          // softcap; 0 = off
+  std::optional<int> sliding_window_size{};  // -1 = none; w >= 0: the row at position p sees keys p - w .. p
+  bool use_irope = false;                    // a local (chunked) attention layer (Llama 4); needs
+                                             //   config.attention_chunk_size > 0, else the layer is global
+  std::optional<float> k_scale{};            // fp8 MHA cache; unset: the KvLayerBuffers' scales
   std::optional<float> v_scale{};
 };
 
@@ -60,8 +60,8 @@ struct ForwardArgs {
   TensorView k_rope{};         // MLA: [T, 64] (or [T, 1, 64]), required with k
   TensorView out_cache_loc{};  // [T] i32 | i64 slots of the new tokens, required when storing
   bool save_kv_cache = true;
-  TensorView topk_indices{};   // sparse backend: [T, index_topk] i32, the rows' top-k token slots (what
-                               //   topk_transform returns; positions instead when fuse_topk = false)
+  TensorView topk_indices{};  // sparse backend: [T, index_topk] i32, the rows' top-k token slots (what
+                              //   topk_transform returns; positions instead when fuse_topk = false)
 };
 
 // ---- Dense backend (FlashAttention backend of the seeds) -------------------------------------------
@@ -90,7 +90,7 @@ struct DenseBackendConfig {
   PlanCapacity capacity{};       // max_bs, max_num_tokens, max_context_len: every buffer is sized once
   Device device{};
   // Buffers.
-  TensorView req_to_token{};     // [pool_size, max_context_len] i32 (a BatchSpec's own table wins)
+  TensorView req_to_token{};               // [pool_size, max_context_len] i32 (a BatchSpec's own table wins)
   std::vector<KvLayerBuffers> kv_buffers;  // one per layer, indexed by LayerSpec::layer_id
 };
 
@@ -110,21 +110,21 @@ NsaImpl parse_nsa_impl(std::string_view name);
 struct SparseBackendConfig {
   // Model, per tensor-parallel rank.
   int num_q_heads = 0;
-  int kv_lora_rank = 512;        // d_v (the kernels take exactly 512)
-  int qk_rope_head_dim = 64;     // (exactly 64)
+  int kv_lora_rank = 512;                                 // d_v (the kernels take exactly 512)
+  int qk_rope_head_dim = 64;                              // (exactly 64)
   MlaCacheFormat kv_cache_format = MlaCacheFormat::bf16;  // nsa_kv_cache_store_fp8 -> fp8_656
-  int index_topk = 2048;         // nsa_index_topk
-  int index_n_heads = 64;        // lightning indexer heads
-  int index_head_dim = 128;      // (exactly 128: IndexerKeyLayout)
-  float softmax_scale = 0.f;     // for layers without `scaling`; 0 = every layer must give one
-  float softcap = 0.f;           // gather impl only (sparse_mla has none)
+  int index_topk = 2048;                                  // nsa_index_topk
+  int index_n_heads = 64;                                 // lightning indexer heads
+  int index_head_dim = 128;                               // (exactly 128: IndexerKeyLayout)
+  float softmax_scale = 0.f;                              // for layers without `scaling`; 0 = every layer must give one
+  float softcap = 0.f;                                    // gather impl only (sparse_mla has none)
   // Server.
-  int page_size = 64;            // the real page size (real_page_table, the indexer key pool)
+  int page_size = 64;  // the real page size (real_page_table, the indexer key pool)
   bool deterministic = false;
   NsaImpl prefill_impl = NsaImpl::automatic;  // forward_extend (extend, target_verify, draft_extend)
   NsaImpl decode_impl = NsaImpl::automatic;   // forward_decode (decode, draft_decode)
-  bool fuse_topk = true;         // NSA_FUSE_TOPK: topk_transform returns slots; false: positions, which
-                                 //   forward transforms through page_table_1
+  bool fuse_topk = true;                      // NSA_FUSE_TOPK: topk_transform returns slots; false: positions, which
+                                              //   forward transforms through page_table_1
   SpeculativeConfig spec{};
   PlanCapacity capacity{};
   Device device{};

@@ -82,8 +82,7 @@ class SparseBackend {
   // Top-k of each row's logits[i, row_starts[i] : row_starts[i] + expanded[i]] as token slots
   // (positions when fuse_topk = false), -1 padded: a [T, topk] view into the backend's buffer, valid
   // until the next topk_transform. logits: [T, W] f32, W >= every row's keys; topk == index_topk.
-  TensorView topk_transform(const TensorView& logits, int topk, Stream stream = {},
-                            const TensorView& row_starts = {});
+  TensorView topk_transform(const TensorView& logits, int topk, Stream stream = {}, const TensorView& row_starts = {});
   NsaIndexerMetadata get_indexer_metadata() { return NsaIndexerMetadata(*this); }
 
   // ---- Forward (store the latent when asked, attend over the top-k slots, return [T, h_q, 512])
@@ -109,8 +108,7 @@ class SparseBackend {
   std::unique_ptr<Impl> impl_;
   template <class Backend>
   friend class MultiStepBackend;
-  SparseBackend(const SparseBackendConfig& config, std::shared_ptr<backend_detail::SharedWorkspace> ws,
-                Stream stream);
+  SparseBackend(const SparseBackendConfig& config, std::shared_ptr<backend_detail::SharedWorkspace> ws, Stream stream);
 };
 
 inline TensorView NsaIndexerMetadata::get_seqlens_int32() const { return backend_->get_seqlens_int32(); }

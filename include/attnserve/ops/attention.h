@@ -15,23 +15,23 @@ namespace attnserve {
 // Scores: s = softmax_scale * q.k; with softcap > 0, s = softcap * tanh(s / softcap).
 // Rows that see no key: out = 0, lse = -inf.
 struct PagedAttentionArgs {
-  TensorView q;              // [total_q, h_q, d]            bf16 | f16 (f32 on the CPU)
-  TensorView k_cache;        // [num_pages, page_size, h_kv, d]  q's dtype | fp8_e4m3
-  TensorView v_cache;        // [num_pages, page_size, h_kv, d_v] same dtype as k_cache
-  TensorView page_table;     // [b, max_pages] i32 page ids
-  TensorView cache_seqlens;  // [b] i32 keys per request
-  TensorView cu_seqlens_q;   // [b + 1] i32 prefix sums of query rows
-  TensorView out;            // [total_q, h_q, d_v] q's dtype
-  TensorView lse{};          // optional [total_q, h_q] f32, natural log of the softmax denominator
-  TensorView k_descale{};    // optional [b, h_kv] f32 (fp8 cache: key = fp8 * descale)
-  TensorView v_descale{};    // optional [b, h_kv] f32
-  int max_seqlen_q = 0;      // upper bound of per-request query rows (required on CUDA)
-  float softmax_scale = 0.f; // required, > 0
+  TensorView q;               // [total_q, h_q, d]            bf16 | f16 (f32 on the CPU)
+  TensorView k_cache;         // [num_pages, page_size, h_kv, d]  q's dtype | fp8_e4m3
+  TensorView v_cache;         // [num_pages, page_size, h_kv, d_v] same dtype as k_cache
+  TensorView page_table;      // [b, max_pages] i32 page ids
+  TensorView cache_seqlens;   // [b] i32 keys per request
+  TensorView cu_seqlens_q;    // [b + 1] i32 prefix sums of query rows
+  TensorView out;             // [total_q, h_q, d_v] q's dtype
+  TensorView lse{};           // optional [total_q, h_q] f32, natural log of the softmax denominator
+  TensorView k_descale{};     // optional [b, h_kv] f32 (fp8 cache: key = fp8 * descale)
+  TensorView v_descale{};     // optional [b, h_kv] f32
+  int max_seqlen_q = 0;       // upper bound of per-request query rows (required on CUDA)
+  float softmax_scale = 0.f;  // required, > 0
   bool causal = true;
-  int window_left = -1;      // -1: unbounded
+  int window_left = -1;  // -1: unbounded
   int window_right = -1;
-  float softcap = 0.f;       // 0: off
-  bool deterministic = false;// fixed split sizes (bits independent of the batch)
+  float softcap = 0.f;         // 0: off
+  bool deterministic = false;  // fixed split sizes (bits independent of the batch)
 };
 std::size_t paged_attention_workspace_size(const PagedAttentionArgs& a, const DeviceCaps& caps);
 void paged_attention(const PagedAttentionArgs& a, Workspace ws = {}, Stream stream = {});
@@ -62,12 +62,12 @@ void mla_attention(const MlaAttentionArgs& a, Workspace ws = {}, Stream stream =
 //   s = log(exp(s_a) + exp(s_b)),  v = v_a * exp(s_a - s) + v_b * exp(s_b - s).
 // A part with lse -inf contributes nothing; both -inf gives v = 0, s = -inf.
 struct MergeStateArgs {
-  TensorView v_a;    // [tokens, heads, d] bf16 | f16 | f32
-  TensorView s_a;    // [tokens, heads] f32
-  TensorView v_b;    // same as v_a
-  TensorView s_b;    // same as s_a
-  TensorView v_out;  // same as v_a
-  TensorView s_out{};// optional [tokens, heads] f32
+  TensorView v_a;      // [tokens, heads, d] bf16 | f16 | f32
+  TensorView s_a;      // [tokens, heads] f32
+  TensorView v_b;      // same as v_a
+  TensorView s_b;      // same as s_a
+  TensorView v_out;    // same as v_a
+  TensorView s_out{};  // optional [tokens, heads] f32
 };
 void merge_state(const MergeStateArgs& a, Stream stream = {});
 

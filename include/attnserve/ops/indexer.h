@@ -42,7 +42,7 @@ struct IndexerPagedArgs {
   TensorView logits;         // [b * next_n, max_context] f32 (max_context >= every seqlens[r])
   int page_size = 64;
   int next_n = 1;
-  TensorView q_scale;        // optional [b * next_n, n_heads] f32: multiplies weights (see above)
+  TensorView q_scale;  // optional [b * next_n, n_heads] f32: multiplies weights (see above)
 };
 void indexer_paged(const IndexerPagedArgs& a, Workspace ws = {}, Stream stream = {});
 

@@ -6,12 +6,12 @@ namespace attnserve {
 
 // MHA/GQA: k_cache[loc[i]] = k[i] (cast; for an fp8 cache, fp8(k / k_scale)).
 struct StoreKvArgs {
-  TensorView k;        // [n, h_kv, d]   bf16 | f16 | f32
-  TensorView v;        // [n, h_kv, d_v]
-  TensorView k_cache;  // [num_slots, h_kv, d]   bf16 | f16 | fp8_e4m3
-  TensorView v_cache;  // [num_slots, h_kv, d_v]
-  TensorView loc;      // [n] i32 | i64 slots
-  float k_scale = 1.f; // per-layer scale of an fp8 cache
+  TensorView k;         // [n, h_kv, d]   bf16 | f16 | f32
+  TensorView v;         // [n, h_kv, d_v]
+  TensorView k_cache;   // [num_slots, h_kv, d]   bf16 | f16 | fp8_e4m3
+  TensorView v_cache;   // [num_slots, h_kv, d_v]
+  TensorView loc;       // [n] i32 | i64 slots
+  float k_scale = 1.f;  // per-layer scale of an fp8 cache
   float v_scale = 1.f;
 };
 void set_kv_buffer(const StoreKvArgs& a, Stream stream = {});

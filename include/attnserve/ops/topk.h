@@ -15,11 +15,11 @@ enum class TopkTransform : uint8_t {
 // nothing dropped whatever the length or score distribution; ties at the k-th value are broken by
 // the lower position. The order within a row's k entries is unspecified (compare as sets).
 struct TopkArgs {
-  TensorView scores;          // [rows, width] f32
-  TensorView lengths;         // [rows] i32, start + len <= width
-  TensorView out;             // [rows, topk] i32
+  TensorView scores;   // [rows, width] f32
+  TensorView lengths;  // [rows] i32, start + len <= width
+  TensorView out;      // [rows, topk] i32
   int topk = 2048;
-  TensorView row_starts{};    // optional [rows] i32 (default 0)
+  TensorView row_starts{};  // optional [rows] i32 (default 0)
   TopkTransform transform = TopkTransform::none;
   TensorView page_table_1{};  // decode: [rows, W] i32; prefill: [b, W] i32
   TensorView cu_seqlens_q{};  // prefill: [b + 1] i32

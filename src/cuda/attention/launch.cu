@@ -23,7 +23,8 @@ void check_views(const PagedAttentionArgs& a) {
   require_rows16(kOp, "v_cache", a.v_cache);
   const int64_t ps = a.k_cache.size(1);
   ATTNSERVE_CHECK(a.k_cache.stride(0) == ps * a.k_cache.stride(1) && a.v_cache.stride(0) == ps * a.v_cache.stride(1),
-                  kOp, ": on CUDA the pages of k_cache/v_cache must be contiguous runs of token slots "
+                  kOp,
+                  ": on CUDA the pages of k_cache/v_cache must be contiguous runs of token slots "
                   "(stride(0) == page_size * stride(1))");
   ATTNSERVE_CHECK(a.page_table.stride(1) == 1 || a.page_table.size(1) <= 1, kOp,
                   ": page_table rows must be contiguous on CUDA");
@@ -109,9 +110,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
   p.part_lse = w.part_lse;
   cudaStream_t s = to_cuda(stream);
   switch (c.kernel) {
-    case Kernel::sm80:
-      launch_sm80(p, c, b, s);
-      break;
+    case Kernel::sm80: launch_sm80(p, c, b, s); break;
     case Kernel::sm90_coop:
     case Kernel::sm90_warp_specialized:
     case Kernel::sm90_ping_pong:

@@ -54,12 +54,21 @@ Targets Targets::built() {
 }
 
 Problem problem_of(const PagedAttentionArgs& a) {
-  return Problem{.b = a.cache_seqlens.size(0), .total_q = a.q.size(0), .h_q = int(a.q.size(1)),
-                 .h_kv = int(a.k_cache.size(2)), .d = int(a.q.size(2)), .d_v = int(a.v_cache.size(3)),
-                 .num_pages = a.k_cache.size(0), .page_size = a.k_cache.size(1), .max_pages = a.page_table.size(1),
+  return Problem{.b = a.cache_seqlens.size(0),
+                 .total_q = a.q.size(0),
+                 .h_q = int(a.q.size(1)),
+                 .h_kv = int(a.k_cache.size(2)),
+                 .d = int(a.q.size(2)),
+                 .d_v = int(a.v_cache.size(3)),
+                 .num_pages = a.k_cache.size(0),
+                 .page_size = a.k_cache.size(1),
+                 .max_pages = a.page_table.size(1),
                  .kv_token_stride = std::max(a.k_cache.stride(1), a.v_cache.stride(1)),
-                 .max_seqlen_q = a.max_seqlen_q, .dtype = a.q.dtype, .out_dtype = a.out.dtype,
-                 .kv_dtype = a.k_cache.dtype, .descale = !a.k_descale.empty_view() || !a.v_descale.empty_view(),
+                 .max_seqlen_q = a.max_seqlen_q,
+                 .dtype = a.q.dtype,
+                 .out_dtype = a.out.dtype,
+                 .kv_dtype = a.k_cache.dtype,
+                 .descale = !a.k_descale.empty_view() || !a.v_descale.empty_view(),
                  .deterministic = a.deterministic};
 }
 
@@ -68,8 +77,7 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
     return unsupported(kOp, ": q must be bf16 or f16 on CUDA, got ", dtype_name(p.dtype));
   if (p.kv_dtype != p.dtype && p.kv_dtype != DType::fp8_e4m3)
     return unsupported(kOp, ": k_cache must have q's dtype or fp8_e4m3 on CUDA, got ", dtype_name(p.kv_dtype));
-  if (!HeadDims::contains(p.d))
-    return unsupported(kOp, ": CUDA supports head dims ", HeadDims::str(), "; q has ", p.d);
+  if (!HeadDims::contains(p.d)) return unsupported(kOp, ": CUDA supports head dims ", HeadDims::str(), "; q has ", p.d);
   if (p.d_v != p.d) return unsupported(kOp, ": CUDA needs k_cache and v_cache head dims equal to q's (", p.d, ")");
   if (p.out_dtype != p.dtype) return unsupported(kOp, ": out must have q's dtype");
   if (p.num_pages * p.page_size >= (int64_t(1) << 31))

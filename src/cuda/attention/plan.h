@@ -15,15 +15,15 @@ namespace attnserve::cuda::attn {
 // What a plan depends on: a call's shapes, dtypes and flags (never pointers or index values, so one
 // plan serves every batch of the same shapes: every layer, every CUDA-graph replay).
 struct Problem {
-  int64_t b = 0;             // requests (page-table rows)
-  int64_t total_q = 0;       // query rows
+  int64_t b = 0;        // requests (page-table rows)
+  int64_t total_q = 0;  // query rows
   int h_q = 0, h_kv = 0;
-  int d = 0, d_v = 0;        // q/k and v head dims
+  int d = 0, d_v = 0;  // q/k and v head dims
   int64_t num_pages = 0, page_size = 0;
-  int64_t max_pages = 0;     // page-table width
+  int64_t max_pages = 0;        // page-table width
   int64_t kv_token_stride = 0;  // max of k_cache/v_cache stride(1), elements between token slots
   int max_seqlen_q = 0;
-  DType dtype = DType::bf16;     // q
+  DType dtype = DType::bf16;  // q
   DType out_dtype = DType::bf16;
   DType kv_dtype = DType::bf16;  // k_cache and v_cache
   bool descale = false;          // k_descale or v_descale given
@@ -34,8 +34,8 @@ Problem problem_of(const PagedAttentionArgs& a);
 
 // The kernel a plan runs; the launcher switches on it. The sm90 ids are attn90::Variant's values.
 enum class Kernel : int {
-  sm80 = 0,                   // portable mma.sync kernel (tile rows: Plan::mt)
-  sm90_coop = 1,              // Hopper wgmma kernels (src/cuda/attention/sm90/config.h)
+  sm80 = 0,       // portable mma.sync kernel (tile rows: Plan::mt)
+  sm90_coop = 1,  // Hopper wgmma kernels (src/cuda/attention/sm90/config.h)
   sm90_warp_specialized = 2,
   sm90_ping_pong = 3,
 };
@@ -44,13 +44,13 @@ const char* kernel_name(Kernel k);
 struct Plan {
   Problem problem;
   Kernel kernel = Kernel::sm80;
-  int mt = 1;            // sm80: m16 tiles of packed (q row, head) rows per CTA, 1 or 4
-  int stages = 2;        // sm80: cp.async pipeline depth, 2..kMaxStages
-  int num_splits = 1;    // split-KV CTAs per (m-block, kv head, request)
-  int split_keys = 0;    // > 0: fixed split size in keys (deterministic); 0: even split
-  int m_blocks = 1;      // grid.x
-  int page_shifts = 1;   // shift addressing for power-of-two pages
-  std::size_t smem = 0;  // dynamic shared memory per CTA
+  int mt = 1;                // sm80: m16 tiles of packed (q row, head) rows per CTA, 1 or 4
+  int stages = 2;            // sm80: cp.async pipeline depth, 2..kMaxStages
+  int num_splits = 1;        // split-KV CTAs per (m-block, kv head, request)
+  int split_keys = 0;        // > 0: fixed split size in keys (deterministic); 0: even split
+  int m_blocks = 1;          // grid.x
+  int page_shifts = 1;       // shift addressing for power-of-two pages
+  std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
   int sm90() const { return kernel == Kernel::sm80 ? 0 : int(kernel); }  // attn90::Variant or 0
 };
@@ -61,7 +61,7 @@ struct Tuning {
   int num_splits = 0;
   int stages = 0;
   int mt = 0;
-  int page_shifts = -1;   // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
+  int page_shifts = -1;  // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
   // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
   // 3 (kPingPong): that Hopper kernel whenever it supports the call.

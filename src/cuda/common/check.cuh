@@ -4,12 +4,11 @@
 
 #include "attnserve/error.h"
 
-#define ATTNSERVE_CUDA_CHECK(expr)                                                          \
-  do {                                                                                      \
-    cudaError_t err__ = (expr);                                                             \
-    if (err__ != cudaSuccess)                                                               \
-      ::attnserve::detail::throw_error(__FILE__, __LINE__, #expr, "CUDA error: ",           \
-                                       cudaGetErrorString(err__));                          \
+#define ATTNSERVE_CUDA_CHECK(expr)                                                                            \
+  do {                                                                                                        \
+    cudaError_t err__ = (expr);                                                                               \
+    if (err__ != cudaSuccess)                                                                                 \
+      ::attnserve::detail::throw_error(__FILE__, __LINE__, #expr, "CUDA error: ", cudaGetErrorString(err__)); \
   } while (0)
 
 // After every kernel launch.

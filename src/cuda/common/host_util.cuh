@@ -32,8 +32,10 @@ inline bool vector_ok(const TensorView& t, int elems) {
 // Requires the last dim contiguous and 16-byte aligned rows (cp.async / vector loads).
 inline void require_rows16(std::string_view op, std::string_view arg, const TensorView& t) {
   int elems = int(16 / dtype_size(t.dtype));
-  ATTNSERVE_CHECK(vector_ok(t, elems), op, ": ", arg, " must have a contiguous last dim, a 16-byte aligned base and "
-                  "strides that are multiples of 16 bytes on CUDA (shape ", t.shape_string(), ")");
+  ATTNSERVE_CHECK(vector_ok(t, elems), op, ": ", arg,
+                  " must have a contiguous last dim, a 16-byte aligned base and "
+                  "strides that are multiples of 16 bytes on CUDA (shape ",
+                  t.shape_string(), ")");
 }
 
 // True when the base and every stride but the last keep `bytes`-aligned addresses at the start of

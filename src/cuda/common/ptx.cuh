@@ -24,7 +24,9 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int sr
 // "memory" clobbers: the compiler must not move shared-memory reads of landed data above the wait.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 // Runtime pending count (pipeline depth is a runtime value); N <= 7 covers stages <= 8.
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {
   switch (n) {

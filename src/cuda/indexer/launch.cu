@@ -9,8 +9,8 @@ namespace {
 
 using indexer::Params;
 
-Params common_params(const TensorView& q, const TensorView& w, const TensorView& q_scale,
-                     const TensorView& logits, const indexer::Plan& plan) {
+Params common_params(const TensorView& q, const TensorView& w, const TensorView& q_scale, const TensorView& logits,
+                     const indexer::Plan& plan) {
   Params p{};
   p.rows_per_group = plan.rows_per_group;
   p.num_groups = plan.num_groups;

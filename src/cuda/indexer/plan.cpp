@@ -9,13 +9,21 @@
 namespace attnserve::cuda::indexer {
 
 Problem problem_of(const IndexerRaggedArgs& a) {
-  return Problem{.paged = false, .rows = a.q.size(0), .heads = int(a.q.size(1)), .num_cols = a.logits.size(1),
+  return Problem{.paged = false,
+                 .rows = a.q.size(0),
+                 .heads = int(a.q.size(1)),
+                 .num_cols = a.logits.size(1),
                  .q_scale = !a.q_scale.empty_view()};
 }
 
 Problem problem_of(const IndexerPagedArgs& a) {
-  return Problem{.paged = true, .rows = a.q.size(0), .heads = int(a.q.size(1)), .num_cols = a.logits.size(1),
-                 .next_n = a.next_n, .page_size = a.page_size, .q_scale = !a.q_scale.empty_view()};
+  return Problem{.paged = true,
+                 .rows = a.q.size(0),
+                 .heads = int(a.q.size(1)),
+                 .num_cols = a.logits.size(1),
+                 .next_n = a.next_n,
+                 .page_size = a.page_size,
+                 .q_scale = !a.q_scale.empty_view()};
 }
 
 namespace {

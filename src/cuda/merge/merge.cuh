@@ -29,7 +29,7 @@ struct MergeOutput {
   int64_t s_st, s_sh;
 };
 
-void launch_merge_states(const MergeInput& in, DType in_dtype, const MergeOutput& out, DType out_dtype,
-                         int64_t tokens, int heads, int d, cudaStream_t stream);
+void launch_merge_states(const MergeInput& in, DType in_dtype, const MergeOutput& out, DType out_dtype, int64_t tokens,
+                         int heads, int d, cudaStream_t stream);
 
 }  // namespace attnserve::cuda

@@ -90,7 +90,8 @@ void run(const MlaAttentionArgs& a, const Plan& plan, Workspace ws, Stream strea
   }
   if (c.num_splits > 1) {
     const int dv = c.problem.d_v;
-    MergeInput in{p.part_o, rows * dv, int64_t(h_q) * dv, dv, p.part_lse, rows, h_q, 1, c.num_splits, p.cu_seqlens_q, b};
+    MergeInput in{p.part_o, rows * dv,    int64_t(h_q) * dv, dv, p.part_lse, rows, h_q,
+                  1,        c.num_splits, p.cu_seqlens_q,    b};
     MergeOutput out{a.out.data, a.out.stride(0), a.out.stride(1), p.lse, p.lse_st, p.lse_sh};
     launch_merge_states(in, DType::f32, out, DType::bf16, total_q, h_q, dv, s);
   }

@@ -10,18 +10,18 @@ struct Params {
   int64_t qn_st, qn_sh;
   const char* q_rope;  // [total_q, h_q, 64]
   int64_t qr_st, qr_sh;
-  const char* kv;      // pool, token slot stride in bytes
+  const char* kv;  // pool, token slot stride in bytes
   int64_t kv_stok;
   const int* page_table;
   int64_t pt_st;
   const int* cache_seqlens;
   const int* cu_seqlens_q;
-  char* out;           // [total_q, h_q, 512] bf16
+  char* out;  // [total_q, h_q, 512] bf16
   int64_t o_st, o_sh;
   float* lse;
   int64_t lse_st, lse_sh;
-  float* part_o;       // [splits, total_q, h_q, 512]
-  float* part_lse;     // [splits, total_q, h_q]
+  float* part_o;    // [splits, total_q, h_q, 512]
+  float* part_lse;  // [splits, total_q, h_q]
   int total_q, h_q, page_size, num_pages, max_pages;
   int num_splits, split_keys, stages;
   float scale_log2, softcap;

@@ -12,11 +12,20 @@ constexpr const char* kOp = "mla_attention";
 }  // namespace
 
 Problem problem_of(const MlaAttentionArgs& a) {
-  return Problem{.b = a.cache_seqlens.size(0), .total_q = a.q_nope.size(0), .h_q = int(a.q_nope.size(1)),
-                 .d_v = int(a.q_nope.size(2)), .d_rope = int(a.q_rope.size(2)), .d_kv = int(a.kv_cache.size(3)),
-                 .num_pages = a.kv_cache.size(0), .page_size = a.kv_cache.size(1), .max_pages = a.page_table.size(1),
-                 .max_seqlen_q = a.max_seqlen_q, .dtype = a.q_nope.dtype, .kv_dtype = a.kv_cache.dtype,
-                 .out_dtype = a.out.dtype, .deterministic = a.deterministic};
+  return Problem{.b = a.cache_seqlens.size(0),
+                 .total_q = a.q_nope.size(0),
+                 .h_q = int(a.q_nope.size(1)),
+                 .d_v = int(a.q_nope.size(2)),
+                 .d_rope = int(a.q_rope.size(2)),
+                 .d_kv = int(a.kv_cache.size(3)),
+                 .num_pages = a.kv_cache.size(0),
+                 .page_size = a.kv_cache.size(1),
+                 .max_pages = a.page_table.size(1),
+                 .max_seqlen_q = a.max_seqlen_q,
+                 .dtype = a.q_nope.dtype,
+                 .kv_dtype = a.kv_cache.dtype,
+                 .out_dtype = a.out.dtype,
+                 .deterministic = a.deterministic};
 }
 
 Support can_implement(const Problem& p, const DeviceCaps& caps) {
@@ -60,8 +69,8 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune) 
     if (smem_bytes(hb, s) <= caps.smem_per_block) c.stages = s;
   if (tune.stages >= 2 && tune.stages <= kMaxStages && smem_bytes(hb, tune.stages) <= caps.smem_per_block)
     c.stages = tune.stages;
-  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": needs ", smem_bytes(hb, 2), " bytes of shared memory per block, the device allows ",
-                  caps.smem_per_block);
+  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": needs ", smem_bytes(hb, 2),
+                  " bytes of shared memory per block, the device allows ", caps.smem_per_block);
   c.smem = smem_bytes(hb, c.stages);
   const int64_t max_keys = p.max_pages * p.page_size;
   const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), kTileKeys);

@@ -16,7 +16,7 @@ __global__ void expand_rows_kernel(ExpandRowsArgs a) {
   if (r < a.bs) {
     const int32_t* q = a.reqs + int64_t(r) * kExpandReqInts;  // [4] row_start, q_len, kv_len, nsa_cu_base
     const int32_t row_start = q[0], q_len = q[1], kv_len = q[2], base = q[3];
-    const int64_t first = int64_t(kv_len) - q_len + 1;        // keys row 0 sees
+    const int64_t first = int64_t(kv_len) - q_len + 1;  // keys row 0 sees
     for (int t = threadIdx.x; t < q_len; t += blockDim.x) {
       const int64_t e = first + t > 0 ? first + t : 0;
       const int64_t n = e < a.topk ? e : a.topk;

@@ -16,11 +16,12 @@ namespace {
 __global__ void gather_page_table_kernel(GatherPageTableArgs a) {
   const int64_t rows = int64_t(a.num_descs) * a.repeat;
   for (int64_t o = blockIdx.y; o < rows; o += gridDim.y) {
-    const int32_t* d = a.descs + (o / a.repeat) * kGatherDescInts;          // [5] descriptor
+    const int32_t* d = a.descs + (o / a.repeat) * kGatherDescInts;  // [5] descriptor
     const int32_t pool_row = d[0], first = d[1], num_tokens = d[2], draft_begin = d[3], draft_row = d[4];
     const int32_t* r2t = a.req_to_token + int64_t(pool_row) * a.r2t_row_stride;  // [max_context]
-    int32_t* out = a.out + o * a.out_row_stride;                            // [width]
-    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < a.width; j += int64_t(gridDim.x) * blockDim.x) {
+    int32_t* out = a.out + o * a.out_row_stride;                                 // [width]
+    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < a.width;
+         j += int64_t(gridDim.x) * blockDim.x) {
       const int64_t rel = j * a.page_size;
       int32_t value = 0;
       if (rel < num_tokens) {

@@ -8,9 +8,9 @@
 namespace attnserve::cuda::sparse_mla_op {
 
 struct Params {
-  const uint16_t* q;  // [rows, h_q, 576] bf16
+  const uint16_t* q;                    // [rows, h_q, 576] bf16
   int64_t q_row_stride, q_head_stride;  // elements
-  const uint8_t* kv;  // [num_slots, 576] bf16 or [num_slots, 656] u8
+  const uint8_t* kv;                    // [num_slots, 576] bf16 or [num_slots, 656] u8
   int64_t kv_row_bytes;
   int64_t num_slots;
   const int32_t* indices;  // [rows, topk]
@@ -34,10 +34,10 @@ struct Params {
   // Split-K over the top-k list (grid y = split): split s covers tiles [s * split_tiles, (s + 1) * split_tiles)
   // of the row's clamped length and, when num_splits > 1, writes its unnormalized partial state to the
   // workspace instead of out / lse / max_logits (sparse_mla_combine.cu finishes the row).
-  int num_splits;    // 1: the CTA owns the whole row and writes the final outputs
-  int split_tiles;   // 32-key tiles per split
-  float* part_o;     // [num_splits, rows, h_q, 512] f32: sum_j 2^(s_j - m) v_j over the split's keys
-  float2* part_ml;   // [num_splits, rows, h_q] f32 pairs: (m, l) in base-2 scaled units; m = -inf: empty split
+  int num_splits;   // 1: the CTA owns the whole row and writes the final outputs
+  int split_tiles;  // 32-key tiles per split
+  float* part_o;    // [num_splits, rows, h_q, 512] f32: sum_j 2^(s_j - m) v_j over the split's keys
+  float2* part_ml;  // [num_splits, rows, h_q] f32 pairs: (m, l) in base-2 scaled units; m = -inf: empty split
 };
 
 // Where the partial states of split `s` of (row, head) live: one layout shared by kernel and combine.

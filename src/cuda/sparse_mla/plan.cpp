@@ -22,8 +22,13 @@ static_assert(HeadBlocks::contains(16) && HeadBlocks::contains(32) && HeadBlocks
 }  // namespace
 
 Problem problem_of(const SparseMlaArgs& a) {
-  return Problem{.rows = a.q.size(0), .h_q = int(a.q.size(1)), .d_qk = int(a.q.size(2)), .topk = a.indices.size(1),
-                 .dtype = a.q.dtype, .kv_dtype = a.kv.dtype, .deterministic = a.deterministic};
+  return Problem{.rows = a.q.size(0),
+                 .h_q = int(a.q.size(1)),
+                 .d_qk = int(a.q.size(2)),
+                 .topk = a.indices.size(1),
+                 .dtype = a.q.dtype,
+                 .kv_dtype = a.kv.dtype,
+                 .deterministic = a.deterministic};
 }
 
 Support can_implement(const Problem& p, const DeviceCaps& caps) {

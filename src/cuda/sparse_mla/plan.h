@@ -16,9 +16,9 @@ namespace attnserve::cuda::sparse_mla_op {
 struct Problem {
   int64_t rows = 0;
   int h_q = 0;
-  int d_qk = 0;                // q's head dim
-  int64_t topk = 0;            // indices.size(1)
-  DType dtype = DType::bf16;   // q
+  int d_qk = 0;                  // q's head dim
+  int64_t topk = 0;              // indices.size(1)
+  DType dtype = DType::bf16;     // q
   DType kv_dtype = DType::bf16;  // bf16 rows of 576, or u8 tokens of the FP8-656 format
   bool deterministic = false;
   bool operator==(const Problem&) const = default;

@@ -5,7 +5,9 @@
 
 namespace attnserve::cuda::topk_op {
 
-Problem problem_of(const TopkArgs& a) { return Problem{.rows = a.scores.size(0), .width = a.scores.size(1), .k = a.topk}; }
+Problem problem_of(const TopkArgs& a) {
+  return Problem{.rows = a.scores.size(0), .width = a.scores.size(1), .k = a.topk};
+}
 
 Support can_implement(const Problem& p, const DeviceCaps&) {
   if (p.rows > int64_t(0x7fffffff))

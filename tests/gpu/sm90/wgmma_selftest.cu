@@ -38,7 +38,7 @@ __device__ char* smem_1024() {
 template <typename T>
 __global__ void __launch_bounds__(256) qk_kernel(const uint16_t* a, const uint16_t* b, float* s_out) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  char* sA = smem_1024();      // 128 rows x 128 K: 2 panels
+  char* sA = smem_1024();  // 128 rows x 128 K: 2 panels
   char* sB = sA + 2 * 128 * 128;
   store_panels(sA, a, 128, 128);
   store_panels(sB, b, 128, 128);
@@ -57,8 +57,7 @@ __global__ void __launch_bounds__(256) qk_kernel(const uint16_t* a, const uint16
   w::wg_commit();
   w::wg_wait<0>();
   w::fence_regs(s);
-  for (int i = 0; i < 64; ++i)
-    s_out[(wg * 64 + w::acc_row(warp & 3, lane, i % 4)) * 128 + w::acc_col(lane, i)] = s[i];
+  for (int i = 0; i < 64; ++i) s_out[(wg * 64 + w::acc_row(warp & 3, lane, i % 4)) * 128 + w::acc_col(lane, i)] = s[i];
 #endif
 }
 
@@ -99,12 +98,12 @@ __global__ void __launch_bounds__(128) pv_kernel(const float* p, const uint16_t*
 }
 
 template <typename T>
-__global__ void __launch_bounds__(128) qk_pv_kernel(const uint16_t* a, const uint16_t* b, const uint16_t* v,
-                                                    float* o_out) {
+__global__ void __launch_bounds__(128)
+    qk_pv_kernel(const uint16_t* a, const uint16_t* b, const uint16_t* v, float* o_out) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  char* sA = smem_1024();           // 64 rows x 128 K
-  char* sB = sA + 2 * 64 * 128;     // 128 keys x 128 K
-  char* sV = sB + 2 * 128 * 128;    // 128 keys x 128 d
+  char* sA = smem_1024();         // 64 rows x 128 K
+  char* sB = sA + 2 * 64 * 128;   // 128 keys x 128 K
+  char* sV = sB + 2 * 128 * 128;  // 128 keys x 128 d
   store_panels(sA, a, 64, 128);
   store_panels(sB, b, 128, 128);
   store_panels(sV, v, 128, 128);

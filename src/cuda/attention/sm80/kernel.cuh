@@ -22,29 +22,29 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "cuda/attention/sm80/attention_sm80.h"
 #include "cuda/common/masking.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/attention/sm80/attention_sm80.h"
 
 namespace attnserve::cuda::attn {
 
 template <typename T, int D, bool FP8, int MT>
 struct Traits {
-  static constexpr int kRows = 16 * MT;               // packed rows per CTA
-  static constexpr int kTile = tile_keys(MT);         // keys per pipeline stage
-  static constexpr int KS = MT == 1 ? 4 : 1;          // key slices per tile
-  static constexpr int DH = 1;                        // output-column parts
-  static constexpr int NKW = kTile / KS;              // keys per warp per tile (16 or 64)
-  static constexpr int DW = D / DH;                   // output columns per warp
+  static constexpr int kRows = 16 * MT;        // packed rows per CTA
+  static constexpr int kTile = tile_keys(MT);  // keys per pipeline stage
+  static constexpr int KS = MT == 1 ? 4 : 1;   // key slices per tile
+  static constexpr int DH = 1;                 // output-column parts
+  static constexpr int NKW = kTile / KS;       // keys per warp per tile (16 or 64)
+  static constexpr int DW = D / DH;            // output columns per warp
   static_assert(MT * KS * DH == 4, "4 warps");
-  static constexpr int kRowBytes = D * 2;             // a T row in shared memory
-  static constexpr int kChunks = D / 8;               // 16-byte chunks of a T row
+  static constexpr int kRowBytes = D * 2;  // a T row in shared memory
+  static constexpr int kChunks = D / 8;    // 16-byte chunks of a T row
   static constexpr int kRawRowBytes = FP8 ? D : D * 2;
   static constexpr int kRawChunks = kRawRowBytes / 16;
   static constexpr int kRawTileBytes = kTile * kRawRowBytes;
-  static constexpr int kLoadStep = kThreads / kRawChunks;          // tile rows covered per pass
-  static constexpr int kRowsPerThread = kTile / kLoadStep;         // tile rows each thread loads
+  static constexpr int kLoadStep = kThreads / kRawChunks;   // tile rows covered per pass
+  static constexpr int kRowsPerThread = kTile / kLoadStep;  // tile rows each thread loads
   static constexpr int kQBytes = kRows * kRowBytes;
   static constexpr int kConvBytes = FP8 ? 2 * kTile * kRowBytes : 0;
   static constexpr bool kQInRegs = D <= 128;
@@ -108,10 +108,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   char* sKV = smem + Tr::kQBytes;  // stages x {K, V} raw tiles
   char* sConv = sKV + p.stages * 2 * Tr::kRawTileBytes;
   float* sStat = reinterpret_cast<float*>(sConv + Tr::kConvBytes);
-  float* sM = sStat;              // [4][64]
-  float* sL = sStat + 256;        // [4][64]
-  float* sRowScale = sStat + 512; // [64]
-  float* sRowLse = sStat + 576;   // [64]
+  float* sM = sStat;               // [4][64]
+  float* sL = sStat + 256;         // [4][64]
+  float* sRowScale = sStat + 512;  // [64]
+  float* sRowLse = sStat + 576;    // [64]
 
   // ---- Q: packed rows -> swizzled tile (zeros for rows past the request)
   for (int idx = tid; idx < Tr::kRows * Tr::kChunks; idx += kThreads) {
@@ -195,8 +195,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   int lo0, hi0, lo1, hi1;
   {
     const int pr0 = row0 + rr0, pr1 = row0 + rr1;
-    if (pr0 < rows_total) row_bounds(p, pr0 / p.group, q_len, k_len, lo0, hi0); else { lo0 = 0; hi0 = -1; }
-    if (pr1 < rows_total) row_bounds(p, pr1 / p.group, q_len, k_len, lo1, hi1); else { lo1 = 0; hi1 = -1; }
+    if (pr0 < rows_total) row_bounds(p, pr0 / p.group, q_len, k_len, lo0, hi0);
+    else {
+      lo0 = 0;
+      hi0 = -1;
+    }
+    if (pr1 < rows_total) row_bounds(p, pr1 / p.group, q_len, k_len, lo1, hi1);
+    else {
+      lo1 = 0;
+      hi1 = -1;
+    }
     hi0 = min(hi0, k_end - 1);
     hi1 = min(hi1, k_end - 1);
   }
@@ -204,9 +212,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
 
   const float kds = p.k_descale ? p.k_descale[int64_t(r) * p.kds_sb + int64_t(hk) * p.kds_sh] : 1.f;
   const float vds = p.v_descale ? p.v_descale[int64_t(r) * p.vds_sb + int64_t(hk) * p.vds_sh] : 1.f;
-  const float s_log2 = p.scale_log2 * kds;                          // plain scores
+  const float s_log2 = p.scale_log2 * kds;  // plain scores
   const float s_cap_in = p.softcap > 0.f ? p.scale_log2 * kds / (p.softcap * 1.4426950408889634f) : 0.f;
-  const float s_cap_out = p.softcap * 1.4426950408889634f;          // softcap * log2(e)
+  const float s_cap_out = p.softcap * 1.4426950408889634f;  // softcap * log2(e)
 
   float o[Tr::DW / 8][4];
 #pragma unroll
@@ -278,7 +286,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
       if constexpr (Tr::kQInRegs) {
-        a[0] = qf[kk][0]; a[1] = qf[kk][1]; a[2] = qf[kk][2]; a[3] = qf[kk][3];
+        a[0] = qf[kk][0];
+        a[1] = qf[kk][1];
+        a[2] = qf[kk][2];
+        a[3] = qf[kk][3];
       } else {
         ptx::ldmatrix_x4(sQa + swz<Tr::kRowBytes>(mt * 16 + (lane & 15), 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
       }
@@ -336,8 +347,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     l1 = l1 * al1 + ps1;
 #pragma unroll
     for (int i = 0; i < Tr::DW / 8; ++i) {
-      o[i][0] *= al0; o[i][1] *= al0;
-      o[i][2] *= al1; o[i][3] *= al1;
+      o[i][0] *= al0;
+      o[i][1] *= al0;
+      o[i][2] *= al1;
+      o[i][3] *= al1;
     }
 
     // O += P V
@@ -352,8 +365,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
 #pragma unroll
       for (int dp = 0; dp < Tr::DW / 16; ++dp) {
         uint32_t v0, v1, v2, v3;
-        ptx::ldmatrix_x4_trans(sVa + swz<Tr::kRowBytes>(vrow, dh * (Tr::DW / 8) + 2 * dp + (lane >> 4)), v0,
-                               v1, v2, v3);
+        ptx::ldmatrix_x4_trans(sVa + swz<Tr::kRowBytes>(vrow, dh * (Tr::DW / 8) + 2 * dp + (lane >> 4)), v0, v1, v2,
+                               v3);
         ptx::mma_16816<T>(o[2 * dp], a, v0, v1);
         ptx::mma_16816<T>(o[2 * dp + 1], a, v2, v3);
       }
@@ -367,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   ptx::cp_async_wait<0>();
   __syncthreads();
   float* sO = reinterpret_cast<float*>(sKV);  // [KS][kRows][kOStride] f32 over the tile buffers
-  if ((lane & 3) == 0 && dh == 0) {  // both column halves hold the same row statistics
+  if ((lane & 3) == 0 && dh == 0) {           // both column halves hold the same row statistics
     sM[ks * 64 + rr0] = m0;
     sL[ks * 64 + rr0] = l0;
     sM[ks * 64 + rr1] = m1;
@@ -416,10 +429,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
 #pragma unroll
     for (int k = 1; k < Tr::KS; ++k) {
       const float4 v = *reinterpret_cast<const float4*>(sO + (k * Tr::kRows + row) * Tr::kOStride + c4 * 4);
-      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
     }
     const float sc = sRowScale[row];
-    acc.x *= sc; acc.y *= sc; acc.z *= sc; acc.w *= sc;
+    acc.x *= sc;
+    acc.y *= sc;
+    acc.z *= sc;
+    acc.w *= sc;
     const int qr = pr / p.group, h = hk * p.group + (pr - qr * p.group);
     const int tok = q_start + qr;
     if (direct) {

@@ -12,16 +12,19 @@ namespace {
 template <typename T, int D>
 void dispatch_fp8_mt(const Params& p, const Plan& c, int b, bool fp8, cudaStream_t s) {
   if (fp8) {
-    if (c.mt == 1) launch<T, D, true, 1>(p, c, b, s); else launch<T, D, true, 4>(p, c, b, s);
+    if (c.mt == 1) launch<T, D, true, 1>(p, c, b, s);
+    else launch<T, D, true, 4>(p, c, b, s);
   } else {
-    if (c.mt == 1) launch<T, D, false, 1>(p, c, b, s); else launch<T, D, false, 4>(p, c, b, s);
+    if (c.mt == 1) launch<T, D, false, 1>(p, c, b, s);
+    else launch<T, D, false, 4>(p, c, b, s);
   }
 }
 
 template <typename T>
 void dispatch_d(const Params& p, const Plan& c, int b, cudaStream_t s) {
   const bool fp8 = c.problem.kv_dtype == DType::fp8_e4m3;
-  const bool done = HeadDims::dispatch(c.problem.d, [&](auto d) { dispatch_fp8_mt<T, decltype(d)::value>(p, c, b, fp8, s); });
+  const bool done =
+      HeadDims::dispatch(c.problem.d, [&](auto d) { dispatch_fp8_mt<T, decltype(d)::value>(p, c, b, fp8, s); });
   ATTNSERVE_CHECK(done, "paged_attention (sm80): no kernel for head dim ", c.problem.d);
 }
 

@@ -24,17 +24,18 @@ enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3 };
 
 constexpr int kThreads = 256;
 constexpr int kThreadsWs = 384;
-constexpr int kRows = 128;           // packed (q_row * group + head) rows per CTA
-constexpr int kTileKeys = 128;       // keys per pipeline stage: the N of S = Q K^T (m64n128k16)
-constexpr int kStages = 2;           // kCoop: 160 KB at d 128
-constexpr int kStagesWs = 3;         // kWarpSpecialized: 224 KB at d 128 (the producer signals one tile late)
-constexpr int kProducerRegs = 72;    // setmaxnreg: 128 * 72 + 256 * 216 <= 168 * 384
+constexpr int kRows = 128;         // packed (q_row * group + head) rows per CTA
+constexpr int kTileKeys = 128;     // keys per pipeline stage: the N of S = Q K^T (m64n128k16)
+constexpr int kStages = 2;         // kCoop: 160 KB at d 128
+constexpr int kStagesWs = 3;       // kWarpSpecialized: 224 KB at d 128 (the producer signals one tile late)
+constexpr int kProducerRegs = 72;  // setmaxnreg: 128 * 72 + 256 * 216 <= 168 * 384
 constexpr int kConsumerRegs = 216;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 per thread for 384 threads,
 // ptxas's entry count), not the SM's 65536: a split that needs more makes the consumers'
 // setmaxnreg.inc wait forever. 48 / 232 did exactly that (a hung run on 2026-12-01).
 constexpr int kWsEntryRegs = 168;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kWsEntryRegs * kThreadsWs, "setmaxnreg split exceeds the CTA's registers");
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kWsEntryRegs * kThreadsWs,
+              "setmaxnreg split exceeds the CTA's registers");
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
 constexpr bool is_ws(int variant) { return variant == kWarpSpecialized || variant == kPingPong; }

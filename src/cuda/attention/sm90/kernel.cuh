@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   Block b;
-  if (!b.init(p)) return;  // uniform over the CTA
+  if (!b.init(p)) return;          // uniform over the CTA
   char* sQ = smem;                 // [panels][128 rows][128 B]
   char* sKV = smem + Tr::kQBytes;  // [stages][K, V][panels][128 keys][128 B]
   auto sK = [&](int tile) { return sKV + (tile % kStages) * 2 * Tr::kKvBytes; };

@@ -3,9 +3,9 @@
 // Used by both kernels in kernel.cuh with a different number of loading threads.
 #pragma once
 #include "config.h"
-#include "cuda/common/ptx.cuh"
-#include "cuda/common/masking.cuh"
 #include "cuda/attention/params.cuh"
+#include "cuda/common/masking.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/common/sm90/wgmma.cuh"
 
 namespace attnserve::cuda::attn90 {
@@ -14,14 +14,14 @@ using attn::Params;
 
 template <int D>
 struct Traits {
-  static constexpr int kPanels = D / 64;                   // 64-column SW128 panels of a row
-  static constexpr int kChunks = D / 8;                    // 16-byte chunks of a row
-  static constexpr int kQPanelBytes = kRows * 128;         // one panel of the Q tile
-  static constexpr int kKvPanelBytes = kTileKeys * 128;    // one panel of a K or V tile
+  static constexpr int kPanels = D / 64;                 // 64-column SW128 panels of a row
+  static constexpr int kChunks = D / 8;                  // 16-byte chunks of a row
+  static constexpr int kQPanelBytes = kRows * 128;       // one panel of the Q tile
+  static constexpr int kKvPanelBytes = kTileKeys * 128;  // one panel of a K or V tile
   static constexpr int kQBytes = kPanels * kQPanelBytes;
   static constexpr int kKvBytes = kPanels * kKvPanelBytes;
-  static constexpr int kSAcc = kTileKeys / 2;              // f32 S accumulators per thread (m64n128)
-  static constexpr int kOAcc = D / 2;                      // f32 O accumulators per thread (m64nD)
+  static constexpr int kSAcc = kTileKeys / 2;  // f32 S accumulators per thread (m64n128)
+  static constexpr int kOAcc = D / 2;          // f32 O accumulators per thread (m64nD)
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
 };
 
@@ -64,9 +64,9 @@ struct Block {
 template <int D, int NT>
 struct Loader {
   using Tr = Traits<D>;
-  static constexpr int kTpr = 8;                             // threads per row
-  static constexpr int kStep = NT / kTpr;                    // tile rows covered per pass
-  static constexpr int kRowsPerThread = kTileKeys / kStep;   // K/V rows per thread per tile
+  static constexpr int kTpr = 8;                            // threads per row
+  static constexpr int kStep = NT / kTpr;                   // tile rows covered per pass
+  static constexpr int kRowsPerThread = kTileKeys / kStep;  // K/V rows per thread per tile
   static constexpr int kQRowsPerThread = kRows / kStep;
   static_assert(NT % kTpr == 0 && kTileKeys % kStep == 0 && kRows % kStep == 0 && kStep % 8 == 0, "load mapping");
 

@@ -23,10 +23,10 @@ __device__ __forceinline__ float ex2(float x) {
 template <typename T, int D>
 struct Consumer {
   using Tr = Traits<D>;
-  int lane, rl0, rl1;              // the thread's two rows (CTA-local): lane/4 and lane/4 + 8 of its warp
+  int lane, rl0, rl1;  // the thread's two rows (CTA-local): lane/4 and lane/4 + 8 of its warp
   int lo0, hi0, lo1, hi1;
-  int cta_lo, cta_hi;              // keys [cta_lo, cta_hi] are visible to every valid row of the CTA
-  bool cap;                        // softcap on
+  int cta_lo, cta_hi;  // keys [cta_lo, cta_hi] are visible to every valid row of the CTA
+  bool cap;            // softcap on
   float s_log2, s_cap_in, s_cap_out;
   float o[Tr::kOAcc];
   float m0, m1, l0, l1;
@@ -37,8 +37,16 @@ struct Consumer {
     rl0 = wg * 64 + wwarp * 16 + (lane >> 2);
     rl1 = rl0 + 8;
     const int pr0 = b.row0 + rl0, pr1 = b.row0 + rl1;
-    if (pr0 < b.rows_total) row_bounds(p, pr0 / p.group, b.q_len, b.k_len, lo0, hi0); else { lo0 = 0; hi0 = -1; }
-    if (pr1 < b.rows_total) row_bounds(p, pr1 / p.group, b.q_len, b.k_len, lo1, hi1); else { lo1 = 0; hi1 = -1; }
+    if (pr0 < b.rows_total) row_bounds(p, pr0 / p.group, b.q_len, b.k_len, lo0, hi0);
+    else {
+      lo0 = 0;
+      hi0 = -1;
+    }
+    if (pr1 < b.rows_total) row_bounds(p, pr1 / p.group, b.q_len, b.k_len, lo1, hi1);
+    else {
+      lo1 = 0;
+      hi1 = -1;
+    }
     // lo and hi grow with the row: the CTA's last valid row has the largest lo, its first the smallest hi.
     int unused;
     row_bounds(p, (min(b.row0 + kRows, b.rows_total) - 1) / p.group, b.q_len, b.k_len, cta_lo, unused);
@@ -84,7 +92,9 @@ struct Consumer {
 
   // Whether the tile starting at key kbase needs the per-element mask: CTA-uniform (the union of
   // the CTA's rows), so the branch around the softmax variants never diverges.
-  __device__ __forceinline__ bool mask_tile(int kbase) const { return kbase < cta_lo || kbase + kTileKeys - 1 > cta_hi; }
+  __device__ __forceinline__ bool mask_tile(int kbase) const {
+    return kbase < cta_lo || kbase + kTileKeys - 1 > cta_hi;
+  }
 
   // Softmax, first half: scores of the tile at key kbase -> new running max and sum, s = P in f32,
   // (al0, al1) = O's rescale factors for the thread's two rows. Touches neither O nor P's fragments,

@@ -22,11 +22,10 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
 // True once the phase of parity `parity` has completed (acquire semantics).
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity) {
   uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
   return done != 0;
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {

@@ -25,9 +25,7 @@
 namespace attnserve::cuda::sm90 {
 
 // Byte offset of 16-byte chunk `c` (0..7) of row `r` inside an SW128 panel.
-__host__ __device__ constexpr uint32_t sw128_offset(int r, int c) {
-  return uint32_t(r * 128 + ((c ^ (r & 7)) << 4));
-}
+__host__ __device__ constexpr uint32_t sw128_offset(int r, int c) { return uint32_t(r * 128 + ((c ^ (r & 7)) << 4)); }
 
 // Descriptor of an SW128 operand starting at shared address `saddr` (bytes, 16-aligned; the atom
 // holding it 1024-aligned). lbo/sbo in bytes. Bits: [0,14) addr>>4, [16,30) LBO>>4,
@@ -44,7 +42,8 @@ __host__ __device__ constexpr uint64_t desc_mnmajor(uint32_t saddr, uint32_t pan
 }
 
 template <typename T, int N>
-struct Wgmma;  // specializations in wgmma_ops.inc: ss<TA, TB>(d, desc_a, desc_b, scale_d), rs<TB>(d, a, desc_b, scale_d)
+struct Wgmma;  // specializations in wgmma_ops.inc: ss<TA, TB>(d, desc_a, desc_b, scale_d), rs<TB>(d, a, desc_b,
+               // scale_d)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ATTNSERVE_SM90_DEVICE 1

@@ -19,23 +19,33 @@ constexpr int kBytesPerThread = kDim / kThreadsPerToken;  // 16
 static_assert(kBytesPerThread == 16);
 
 struct GatherParams {
-  const uint8_t* pool;      // [num_pages, page_size * 132]
-  int64_t page_st_bytes;    // bytes between pages
-  const void* slots;        // [n] i32 | i64
-  int64_t slots_st;         // elements
-  uint8_t* out_k;           // [n, 128]
+  const uint8_t* pool;    // [num_pages, page_size * 132]
+  int64_t page_st_bytes;  // bytes between pages
+  const void* slots;      // [n] i32 | i64
+  int64_t slots_st;       // elements
+  uint8_t* out_k;         // [n, 128]
   int64_t out_k_st_bytes;
-  float* out_scale;         // [n]
-  int64_t out_scale_st;     // elements
+  float* out_scale;      // [n]
+  int64_t out_scale_st;  // elements
   int64_t num_slots;
   int64_t n;
   int page_size;
 };
 
-template <int V> struct VecOf;
-template <> struct VecOf<16> { using T = uint4; };
-template <> struct VecOf<4> { using T = uint32_t; };
-template <> struct VecOf<1> { using T = uint8_t; };
+template <int V>
+struct VecOf;
+template <>
+struct VecOf<16> {
+  using T = uint4;
+};
+template <>
+struct VecOf<4> {
+  using T = uint32_t;
+};
+template <>
+struct VecOf<1> {
+  using T = uint8_t;
+};
 
 // 16 bytes from src to dst in V-byte pieces (both V-byte aligned); zeros when src is null.
 template <int V>
@@ -73,7 +83,8 @@ __global__ void gather_index_k_kernel(GatherParams p) {
         if constexpr (V >= 4) {
           scale = *reinterpret_cast<const float*>(s);
         } else {
-          const uint32_t bits = uint32_t(s[0]) | (uint32_t(s[1]) << 8) | (uint32_t(s[2]) << 16) | (uint32_t(s[3]) << 24);
+          const uint32_t bits =
+              uint32_t(s[0]) | (uint32_t(s[1]) << 8) | (uint32_t(s[2]) << 16) | (uint32_t(s[3]) << 24);
           scale = __uint_as_float(bits);
         }
       }

@@ -5,9 +5,9 @@
 namespace attnserve::cuda::indexer {
 
 constexpr int kDim = 128;
-constexpr int kWarps = 4;                 // per CTA
-constexpr int kColsPerWarp = 32;          // two m16 tiles of keys
+constexpr int kWarps = 4;         // per CTA
+constexpr int kColsPerWarp = 32;  // two m16 tiles of keys
 constexpr int kColsPerCta = kWarps * kColsPerWarp;
-constexpr int kRaggedGroupRows = 4;       // ragged rows sharing one CTA's key fragments
+constexpr int kRaggedGroupRows = 4;  // ragged rows sharing one CTA's key fragments
 
 }  // namespace attnserve::cuda::indexer

@@ -19,9 +19,9 @@
 #include <cmath>
 
 #include "attnserve/cache_formats.h"
+#include "cuda/common/host_util.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/common/host_util.cuh"
 #include "cuda/indexer/sm80/config.h"
 #include "cuda/indexer/sm80/indexer_sm80.h"
 
@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
   const int64_t group = int64_t(blockIdx.x) / p.col_blocks;
   const int64_t col0 = (int64_t(blockIdx.x) % p.col_blocks) * kColsPerCta + warp * kColsPerWarp;
   if (col0 >= p.num_cols) return;
-  const int rows_here = kPaged ? p.rows_per_group
-                               : int(min(int64_t(kRaggedGroupRows), p.rows - group * kRaggedGroupRows));
+  const int rows_here =
+      kPaged ? p.rows_per_group : int(min(int64_t(kRaggedGroupRows), p.rows - group * kRaggedGroupRows));
   const int64_t row0 = group * p.rows_per_group;
 
   // The union of the group's windows, to skip warps that see no key.
@@ -209,7 +209,8 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
         float dot[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          dot[e] = ((acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e])) + ((acc[4][e] + acc[5][e]) + (acc[6][e] + acc[7][e]));
+          dot[e] =
+              ((acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e])) + ((acc[4][e] + acc[5][e]) + (acc[6][e] + acc[7][e]));
         part[mt][0] = fmaf(relu_keep_nan(dot[0]), w0, part[mt][0]);
         part[mt][0] = fmaf(relu_keep_nan(dot[1]), w1, part[mt][0]);
         part[mt][1] = fmaf(relu_keep_nan(dot[2]), w0, part[mt][1]);

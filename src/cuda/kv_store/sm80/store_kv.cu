@@ -1,5 +1,6 @@
 // set_kv_buffer on CUDA: k_cache[loc[i]] = cast(k[i]) (fp8 cache: fp8(k / k_scale)), same for v.
-// One warp per token, one lane per 8-element chunk (16-byte accesses for 2-byte types). Out-of-range slots (< 0 or >= num_slots) are skipped: the device cannot raise.
+// One warp per token, one lane per 8-element chunk (16-byte accesses for 2-byte types). Out-of-range slots (< 0 or >=
+// num_slots) are skipped: the device cannot raise.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -17,12 +18,12 @@ struct alignas(sizeof(T) * N) Vec {
 };
 
 struct StoreSide {
-  const void* src;      // [n, h, d]
+  const void* src;  // [n, h, d]
   int64_t src_st, src_sh;
-  void* dst;            // [num_slots, h, d]
+  void* dst;  // [num_slots, h, d]
   int64_t dst_st, dst_sh;
   int h, d;
-  float scale;          // k_scale / v_scale (fp8 cache only)
+  float scale;  // k_scale / v_scale (fp8 cache only)
 };
 
 template <typename TIn, typename TOut, int VEC>
@@ -84,11 +85,15 @@ void launch_store(const StoreKvArgs& a, cudaStream_t stream) {
   auto go = [&](auto vec_tag, auto loc_tag) {
     constexpr int VW = decltype(vec_tag)::value;
     using TLoc = typename decltype(loc_tag)::type;
-    store_kv_kernel<TIn, TOut, VW, TLoc><<<grid, threads, 0, stream>>>(k, v, static_cast<const TLoc*>(a.loc.data), n,
-                                                                       num_slots);
+    store_kv_kernel<TIn, TOut, VW, TLoc>
+        <<<grid, threads, 0, stream>>>(k, v, static_cast<const TLoc*>(a.loc.data), n, num_slots);
   };
-  struct I32 { using type = int32_t; };
-  struct I64 { using type = int64_t; };
+  struct I32 {
+    using type = int32_t;
+  };
+  struct I64 {
+    using type = int64_t;
+  };
   if (vec) {
     if (a.loc.dtype == DType::i64) go(std::integral_constant<int, 8>{}, I64{});
     else go(std::integral_constant<int, 8>{}, I32{});

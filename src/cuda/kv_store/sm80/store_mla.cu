@@ -13,11 +13,11 @@ namespace attnserve::cuda {
 namespace {
 
 struct MlaStoreParams {
-  const void* kv_c;   // [n, 512]
+  const void* kv_c;  // [n, 512]
   int64_t kv_c_st;
-  const void* k_rope; // [n, 64]
+  const void* k_rope;  // [n, 64]
   int64_t k_rope_st;
-  uint8_t* cache;     // [num_slots, row_bytes]
+  uint8_t* cache;  // [num_slots, row_bytes]
   int64_t cache_st_bytes;
   int64_t num_slots;
   int64_t n;

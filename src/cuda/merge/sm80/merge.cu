@@ -68,7 +68,9 @@ template <typename TIn>
 void dispatch_out(const MergeInput& in, const MergeOutput& out, DType out_dtype, int64_t tokens, int heads, int d,
                   unsigned grid, int threads, cudaStream_t stream) {
   switch (out_dtype) {
-    case DType::bf16: merge_states_kernel<TIn, __nv_bfloat16><<<grid, threads, 0, stream>>>(in, out, tokens, heads, d); break;
+    case DType::bf16:
+      merge_states_kernel<TIn, __nv_bfloat16><<<grid, threads, 0, stream>>>(in, out, tokens, heads, d);
+      break;
     case DType::f16: merge_states_kernel<TIn, __half><<<grid, threads, 0, stream>>>(in, out, tokens, heads, d); break;
     case DType::f32: merge_states_kernel<TIn, float><<<grid, threads, 0, stream>>>(in, out, tokens, heads, d); break;
     default: ATTNSERVE_FAIL("merge: output dtype ", dtype_name(out_dtype), " not supported on CUDA");
@@ -77,8 +79,8 @@ void dispatch_out(const MergeInput& in, const MergeOutput& out, DType out_dtype,
 
 }  // namespace
 
-void launch_merge_states(const MergeInput& in, DType in_dtype, const MergeOutput& out, DType out_dtype,
-                         int64_t tokens, int heads, int d, cudaStream_t stream) {
+void launch_merge_states(const MergeInput& in, DType in_dtype, const MergeOutput& out, DType out_dtype, int64_t tokens,
+                         int heads, int d, cudaStream_t stream) {
   const int64_t rows = tokens * heads;
   if (rows == 0) return;
   const int threads = 256;
@@ -95,11 +97,18 @@ void launch_merge_states(const MergeInput& in, DType in_dtype, const MergeOutput
 }
 
 void merge_states(const MergeStatesArgs& a, Stream stream) {
-  ATTNSERVE_CHECK(a.v_parts.stride(-1) == 1 || a.v_parts.size(-1) <= 1, "merge_states: v_parts last dim must be contiguous");
+  ATTNSERVE_CHECK(a.v_parts.stride(-1) == 1 || a.v_parts.size(-1) <= 1,
+                  "merge_states: v_parts last dim must be contiguous");
   ATTNSERVE_CHECK(a.v_out.stride(-1) == 1 || a.v_out.size(-1) <= 1, "merge_states: v_out last dim must be contiguous");
-  MergeInput in{a.v_parts.data, a.v_parts.stride(0), a.v_parts.stride(1), a.v_parts.stride(2),
-                static_cast<const float*>(a.s_parts.data), a.s_parts.stride(0), a.s_parts.stride(1),
-                a.s_parts.stride(2), int(a.v_parts.size(0))};
+  MergeInput in{a.v_parts.data,
+                a.v_parts.stride(0),
+                a.v_parts.stride(1),
+                a.v_parts.stride(2),
+                static_cast<const float*>(a.s_parts.data),
+                a.s_parts.stride(0),
+                a.s_parts.stride(1),
+                a.s_parts.stride(2),
+                int(a.v_parts.size(0))};
   MergeOutput out{a.v_out.data, a.v_out.stride(0), a.v_out.stride(1), nullptr, 0, 0};
   if (!a.s_out.empty_view()) {
     out.s = static_cast<float*>(a.s_out.data);
@@ -121,8 +130,15 @@ void merge_state(const MergeStateArgs& a, Stream stream) {
   const int64_t dv = (static_cast<const char*>(a.v_b.data) - static_cast<const char*>(a.v_a.data));
   const int64_t ds = (static_cast<const char*>(a.s_b.data) - static_cast<const char*>(a.s_a.data));
   ATTNSERVE_CHECK(dv % esz == 0 && ds % 4 == 0, "merge_state: v_b/s_b must be element-aligned relative to v_a/s_a");
-  MergeInput in{a.v_a.data, dv / esz, a.v_a.stride(0), a.v_a.stride(1),
-                static_cast<const float*>(a.s_a.data), ds / 4, a.s_a.stride(0), a.s_a.stride(1), 2};
+  MergeInput in{a.v_a.data,
+                dv / esz,
+                a.v_a.stride(0),
+                a.v_a.stride(1),
+                static_cast<const float*>(a.s_a.data),
+                ds / 4,
+                a.s_a.stride(0),
+                a.s_a.stride(1),
+                2};
   MergeOutput out{a.v_out.data, a.v_out.stride(0), a.v_out.stride(1), nullptr, 0, 0};
   if (!a.s_out.empty_view()) {
     out.s = static_cast<float*>(a.s_out.data);

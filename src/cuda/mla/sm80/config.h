@@ -10,13 +10,13 @@ namespace attnserve::cuda::mla {
 using RowsPerBlock = IntList<16, 32, 64>;  // HB: packed rows per CTA of the instantiations
 
 constexpr int kDv = 512, kDr = 64, kDqk = kDv + kDr;
-constexpr int kThreads = 256;                // 8 warps
+constexpr int kThreads = 256;  // 8 warps
 constexpr int kTileKeys = 32;
-constexpr int kRowBytes = 1168;              // 576 bf16 padded by 16 bytes: 292 words = 4 mod 32, so the 8
-                                             // rows of an ldmatrix hit distinct banks
-constexpr int kChunks = kDqk * 2 / 16;       // 72 16-byte chunks per row
+constexpr int kRowBytes = 1168;         // 576 bf16 padded by 16 bytes: 292 words = 4 mod 32, so the 8
+                                        // rows of an ldmatrix hit distinct banks
+constexpr int kChunks = kDqk * 2 / 16;  // 72 16-byte chunks per row
 constexpr int kTileBytes = kTileKeys * kRowBytes;
-constexpr int kScoreStride = kTileKeys + 8;  // floats per score row
+constexpr int kScoreStride = kTileKeys + 8;     // floats per score row
 constexpr int kChains = 4, kStepsPerChain = 9;  // the canonical score sum tree (36 k-steps of 16)
 constexpr int kDeterministicSplitKeys = 1024;
 constexpr int kMaxStages = 8;

@@ -32,9 +32,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/masking.cuh"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/common/masking.cuh"
 #include "cuda/mla/params.h"
 #include "cuda/mla/sm80/config.h"
 
@@ -43,15 +43,15 @@ namespace attnserve::cuda::mla {
 template <int HB>
 __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const Params p) {  // HB 16: two CTAs per SM
   using T = __nv_bfloat16;
-  constexpr int MT = HB / 16;              // row tiles of 16
-  constexpr int KG = key_groups_of(HB);    // QK key groups
-  constexpr int KW = kTileKeys / KG;       // keys per QK warp (16 or 32)
-  constexpr int KN = KW / 8;               // QK n-tiles per warp
-  constexpr int KS = k_splits_of(HB);      // QK k-splits
-  constexpr int CPW = kChains / KS;        // score chains per warp
-  constexpr int kPvWarps = 8 / MT;         // PV warps per row tile
-  constexpr int DVW = kDv / kPvWarps;      // value dims per PV warp
-  constexpr int NT = DVW / 8;              // PV n-tiles per warp
+  constexpr int MT = HB / 16;            // row tiles of 16
+  constexpr int KG = key_groups_of(HB);  // QK key groups
+  constexpr int KW = kTileKeys / KG;     // keys per QK warp (16 or 32)
+  constexpr int KN = KW / 8;             // QK n-tiles per warp
+  constexpr int KS = k_splits_of(HB);    // QK k-splits
+  constexpr int CPW = kChains / KS;      // score chains per warp
+  constexpr int kPvWarps = 8 / MT;       // PV warps per row tile
+  constexpr int DVW = kDv / kPvWarps;    // value dims per PV warp
+  constexpr int NT = DVW / 8;            // PV n-tiles per warp
   static_assert(KS * MT * KG == 8 && kChains % KS == 0 && NT % 2 == 0 && KN % 2 == 0, "warp layout");
   static_assert(kTileKeys * kChunks % kThreads == 0, "uniform trip count (shuffles)");
 
@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
   const int stages = p.stages;
 
-  char* sQ = smem;                                                  // [HB][kRowBytes]
-  char* sRing = sQ + HB * kRowBytes;                                // [stages][32][kRowBytes]
+  char* sQ = smem;                                                        // [HB][kRowBytes]
+  char* sRing = sQ + HB * kRowBytes;                                      // [stages][32][kRowBytes]
   float* sScore = reinterpret_cast<float*>(sRing + stages * kTileBytes);  // [KS][HB][kScoreStride]
 
   // Q rows [q_nope | q_rope]; rows past the request are zeros (never stored). Committed with tile 0.
@@ -158,7 +158,8 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
 #pragma unroll
   for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-  const uint32_t qa = ptx::smem_addr(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
+  const uint32_t qa =
+      ptx::smem_addr(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
 
   for (int t = 0; t < n_tiles; ++t) {
     ptx::cp_async_wait_dyn(stages - 2);  // tile t (and Q) landed for this thread's copies
@@ -252,8 +253,8 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
 
     // ---- O[16 rows][DVW dims] += P[16][32] V[32][DVW].
     {
-      const uint32_t vb = ptx::smem_addr(sK) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes +
-                          2 * (pv_dv * DVW + 8 * (lane >> 4));
+      const uint32_t vb =
+          ptx::smem_addr(sK) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 2 * (pv_dv * DVW + 8 * (lane >> 4));
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
@@ -279,13 +280,15 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
     const int64_t tok = q_start + qr;
     const float inv = l > 0.f ? 1.f / l : 0.f;
     if (direct) {
-      uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + (tok * p.o_st + int64_t(h) * p.o_sh + pv_dv * DVW + 2 * tig) * 2);
+      uint32_t* dst =
+          reinterpret_cast<uint32_t*>(p.out + (tok * p.o_st + int64_t(h) * p.o_sh + pv_dv * DVW + 2 * tig) * 2);
 #pragma unroll
       for (int j = 0; j < NT; ++j) dst[4 * j] = ptx::pack2<T>(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
     } else {
       float* dst = p.part_o + ((int64_t(split) * p.total_q + tok) * p.h_q + h) * kDv + pv_dv * DVW + 2 * tig;
 #pragma unroll
-      for (int j = 0; j < NT; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+      for (int j = 0; j < NT; ++j)
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
     }
     if (pv_dv == 0 && tig == 0) {
       const float lse = l > 0.f ? (m_run[i] + log2f(l)) * 0.6931471805599453f : -INFINITY;

@@ -69,8 +69,10 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(con
     dst[1] = ptx::pack2<__nv_bfloat16>(acc[i][2] * inv, acc[i][3] * inv);
   }
   if (lane == 0) {
-    if (p.lse) p.lse[row * p.lse_row_stride + int64_t(head) * p.lse_head_stride] = empty ? -INFINITY : (m + log2f(l)) * kLn2C;
-    if (p.max_logits) p.max_logits[row * p.ml_row_stride + int64_t(head) * p.ml_head_stride] = empty ? -INFINITY : m * kLn2C;
+    if (p.lse)
+      p.lse[row * p.lse_row_stride + int64_t(head) * p.lse_head_stride] = empty ? -INFINITY : (m + log2f(l)) * kLn2C;
+    if (p.max_logits)
+      p.max_logits[row * p.ml_row_stride + int64_t(head) * p.ml_head_stride] = empty ? -INFINITY : m * kLn2C;
   }
 }
 

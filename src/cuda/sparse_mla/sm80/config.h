@@ -9,11 +9,11 @@
 namespace attnserve::cuda::sparse_mla_op {
 
 constexpr int kDimQk = 576, kDimV = 512;
-constexpr int kThreads = 256;             // 8 warps
-constexpr int kTileKeys = 32;             // keys per pipeline stage
-constexpr int kRowBytes = 1168;           // one bf16 row of 576 in shared memory, padded by 16 bytes
-                                          // (1168 / 4 = 292 words = 4 mod 32: ldmatrix rows hit distinct banks)
-constexpr int kFp8TokenBytes = 656;       // Fp8MlaLayout::kBytes
+constexpr int kThreads = 256;                // 8 warps
+constexpr int kTileKeys = 32;                // keys per pipeline stage
+constexpr int kRowBytes = 1168;              // one bf16 row of 576 in shared memory, padded by 16 bytes
+                                             // (1168 / 4 = 292 words = 4 mod 32: ldmatrix rows hit distinct banks)
+constexpr int kFp8TokenBytes = 656;          // Fp8MlaLayout::kBytes
 constexpr int kScoreStride = kTileKeys + 8;  // floats per score row in shared memory
 constexpr int kMaxStages = 8;
 using HeadBlocks = IntList<16, 32, 64>;  // heads per CTA of the instantiations

@@ -67,15 +67,15 @@ __device__ __forceinline__ void dequantize_tile(const uint8_t* sRaw, uint8_t* sT
 // that fits two; ptxas reports 123-128 without the cap, so the cap costs no spills).
 template <int HB, bool kFp8>
 __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(const Params p) {
-  constexpr int MT = HB / 16;                  // head tiles of 16
-  constexpr int KG = 2;                        // QK key groups (16 keys each)
-  constexpr int KS = 8 / (MT * KG);            // QK k-splits
-  constexpr int kKsteps = 36 / KS;             // k-steps of 16 per split
-  constexpr int kPvWarps = 8 / MT;             // PV warps per head tile
-  constexpr int DVW = kDimV / kPvWarps;        // value dims per PV warp
-  constexpr int NT = DVW / 8;                  // PV n-tiles per warp
-  constexpr int kChunksBf16 = kDimQk * 2 / 16;          // 72 per row
-  constexpr int kChunksFp8 = kFp8TokenBytes / 16;       // 41 per token
+  constexpr int MT = HB / 16;                      // head tiles of 16
+  constexpr int KG = 2;                            // QK key groups (16 keys each)
+  constexpr int KS = 8 / (MT * KG);                // QK k-splits
+  constexpr int kKsteps = 36 / KS;                 // k-steps of 16 per split
+  constexpr int kPvWarps = 8 / MT;                 // PV warps per head tile
+  constexpr int DVW = kDimV / kPvWarps;            // value dims per PV warp
+  constexpr int NT = DVW / 8;                      // PV n-tiles per warp
+  constexpr int kChunksBf16 = kDimQk * 2 / 16;     // 72 per row
+  constexpr int kChunksFp8 = kFp8TokenBytes / 16;  // 41 per token
   static_assert(KS * MT * KG == 8 && 36 % KS == 0 && NT % 2 == 0, "warp layout");
   static_assert(KS == k_splits_of(HB), "k-splits");
 
@@ -86,10 +86,10 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
   const int split = int(blockIdx.y);
   const int stages = p.stages;
   const SmemLayout L = smem_layout(HB, kFp8, stages);
-  uint8_t* sQ = smem + L.q_off;        // [HB][kRowBytes]
-  uint8_t* sRing = smem + L.ring_off;  // [stages][stage_bytes]
-  uint8_t* sTile = smem + L.tile_off;  // FP8: [32][kRowBytes]
-  float* sScore = reinterpret_cast<float*>(smem + L.score_off);   // [KS][HB][kScoreStride]
+  uint8_t* sQ = smem + L.q_off;                                      // [HB][kRowBytes]
+  uint8_t* sRing = smem + L.ring_off;                                // [stages][stage_bytes]
+  uint8_t* sTile = smem + L.tile_off;                                // FP8: [32][kRowBytes]
+  float* sScore = reinterpret_cast<float*>(smem + L.score_off);      // [KS][HB][kScoreStride]
   uint32_t* sMask = reinterpret_cast<uint32_t*>(smem + L.mask_off);  // [kMaxStages]
 
   int n = p.topk;
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
         ptx::cp_async_16(ptx::smem_addr(dst_tile + key * kRowBytes + ch * 16), src, s >= 0 ? 16 : 0);
       }
     } else {
-      constexpr int kTotal = kTileKeys * kChunksFp8;  // 1312
+      constexpr int kTotal = kTileKeys * kChunksFp8;         // 1312
       for (int base = 0; base < kTotal; base += kThreads) {  // uniform trip count (shuffles)
         const int c = base + tid;
         const int key = min(c / kChunksFp8, kTileKeys - 1), ch = c - key * kChunksFp8;
@@ -197,8 +197,10 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
       for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int j = 0; j < 2; ++j) acc[c][j][0] = acc[c][j][1] = acc[c][j][2] = acc[c][j][3] = 0.f;
-      const uint32_t qa = ptx::smem_addr(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
-      const uint32_t kb = ptx::smem_addr(sK) + (16 * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
+      const uint32_t qa =
+          ptx::smem_addr(sQ) + (16 * qk_m + (lane & 7) + 8 * ((lane >> 3) & 1)) * kRowBytes + 16 * (lane >> 4);
+      const uint32_t kb =
+          ptx::smem_addr(sK) + (16 * qk_kg + (lane & 7) + 8 * (lane >> 4)) * kRowBytes + 16 * ((lane >> 3) & 1);
 #pragma unroll
       for (int kk = 0; kk < kKsteps; ++kk) {
         const uint32_t col_bytes = 32u * uint32_t(qk_ks * kKsteps + kk);
@@ -211,7 +213,8 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
       float* s_out = sScore + (qk_ks * HB + 16 * qk_m + g) * kScoreStride + 16 * qk_kg + 2 * tig;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        *reinterpret_cast<float2*>(s_out + 8 * j) = make_float2(acc[0][j][0] + acc[1][j][0], acc[0][j][1] + acc[1][j][1]);
+        *reinterpret_cast<float2*>(s_out + 8 * j) =
+            make_float2(acc[0][j][0] + acc[1][j][0], acc[0][j][1] + acc[1][j][1]);
         *reinterpret_cast<float2*>(s_out + 8 * kScoreStride + 8 * j) =
             make_float2(acc[0][j][2] + acc[1][j][2], acc[0][j][3] + acc[1][j][3]);
       }
@@ -275,7 +278,8 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
       if (!empty) {
         float* dst = p.part_o + part * kDimV + pv_dv * DVW + 2 * tig;
 #pragma unroll
-        for (int j = 0; j < NT; ++j) *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+        for (int j = 0; j < NT; ++j)
+          *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
       }
       continue;
     }
@@ -290,7 +294,9 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) sparse_mla_kernel(
 #pragma unroll
     for (int j = 0; j < NT; ++j) dst[4 * j] = ptx::pack2<__nv_bfloat16>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
     if (pv_dv == 0 && tig == 0) {
-      if (p.lse) p.lse[row * p.lse_row_stride + int64_t(head) * p.lse_head_stride] = empty ? -INFINITY : (m_run[r] + log2f(l)) * kLn2;
+      if (p.lse)
+        p.lse[row * p.lse_row_stride + int64_t(head) * p.lse_head_stride] =
+            empty ? -INFINITY : (m_run[r] + log2f(l)) * kLn2;
       if (p.max_logits)
         p.max_logits[row * p.ml_row_stride + int64_t(head) * p.ml_head_stride] = empty ? -INFINITY : m_run[r] * kLn2;
     }
@@ -304,7 +310,8 @@ void launch_block(const Params& p, std::size_t smem_bytes, cudaStream_t stream) 
   ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
   // All of L1 as shared memory: two split-K CTAs of HB 16 (2 x 106 KB) share an SM only in the largest
   // carveout; the driver would otherwise pick the smallest that holds one CTA.
-  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)));
+  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            int(cudaSharedmemCarveoutMaxShared)));
   const dim3 grid(unsigned(p.rows * p.head_blocks), unsigned(p.num_splits));  // y: split of the top-k list
   kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
   ATTNSERVE_CUDA_CHECK_LAUNCH();

@@ -12,9 +12,9 @@
 
 #include <algorithm>
 
+#include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/topk/plan.h"
-#include "cuda/common/host_util.cuh"
 #include "cuda/topk/sm80/topk_path.h"
 #include "cuda/topk/sm80/topk_sampled.cuh"
 

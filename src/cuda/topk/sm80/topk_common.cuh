@@ -25,8 +25,8 @@ struct TopkParams {
   int64_t out_row_stride, out_col_stride;
   int64_t rows;
   int k;
-  int transform;               // TopkTransform
-  const int32_t* table;        // page_table_1 (decode: [rows, W]; prefill: [b, W])
+  int transform;         // TopkTransform
+  const int32_t* table;  // page_table_1 (decode: [rows, W]; prefill: [b, W])
   int64_t table_row_stride, table_col_stride, table_width;
   const int32_t* cu_seqlens_q;  // prefill: [b + 1]
   int64_t cu_stride;
@@ -34,8 +34,8 @@ struct TopkParams {
   const int32_t* offsets;  // ragged: [rows]
   int64_t offset_stride;
   int64_t prefetch_bytes;  // sampled kernel: bytes of each row prefetched into L2 at its start
-  int hist_mode;           // sampled kernel's candidate histograms: 0 atomics (one per warp if all lanes agree), 1 match_any
-  int debug_stop;          // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
+  int hist_mode;   // sampled kernel's candidate histograms: 0 atomics (one per warp if all lanes agree), 1 match_any
+  int debug_stop;  // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,
@@ -67,10 +67,8 @@ __device__ __forceinline__ int32_t value_of(const TopkParams& p, int64_t row, in
       return j < p.table_width ? p.table[row * p.table_row_stride + j * p.table_col_stride] : -1;
     case int(TopkTransform::prefill):
       return j < p.table_width ? p.table[request * p.table_row_stride + j * p.table_col_stride] : -1;
-    case int(TopkTransform::ragged):
-      return int32_t(j + int64_t(p.offsets[row * p.offset_stride]));
-    default:
-      return int32_t(j);
+    case int(TopkTransform::ragged): return int32_t(j + int64_t(p.offsets[row * p.offset_stride]));
+    default: return int32_t(j);
   }
 }
 
@@ -78,7 +76,7 @@ __device__ __forceinline__ int32_t value_of(const TopkParams& p, int64_t row, in
 struct RowView {
   const float* s;  // [len]
   int64_t len;
-  int32_t* out;    // [k] (stride out_col_stride)
+  int32_t* out;  // [k] (stride out_col_stride)
   int64_t request;
 };
 __device__ inline RowView row_view(const TopkParams& p, int64_t row) {

@@ -86,7 +86,7 @@ __device__ void radix_select_global(const TopkParams& p, int64_t row, const RowV
   const int64_t w_end = w_begin + chunk < len ? w_begin + chunk : len;
   const int shift = 32 - bits;
   // The warp's values, kUnroll steps of 32 positions per batch (loads in flight together).
-  auto load_batch = [&](int64_t base, float (&v)[kUnroll]) {
+  auto load_batch = [&](int64_t base, float(&v)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = base + 32 * u + lane;
@@ -138,7 +138,8 @@ __device__ void radix_select_global(const TopkParams& p, int64_t row, const RowV
       const bool sel = a || (e && eq_rank < need);
       const unsigned m_sel = __ballot_sync(ptx::kFullMask, sel);
       if (sel) {
-        const uint32_t slot = above_before + (eq_before < need ? eq_before : need) + uint32_t(__popc(m_sel & lanes_below));
+        const uint32_t slot =
+            above_before + (eq_before < need ? eq_before : need) + uint32_t(__popc(m_sel & lanes_below));
         if (slot < uint32_t(k)) rv.out[int64_t(slot) * p.out_col_stride] = value_of(p, row, rv.request, j);
       }
       above_before += uint32_t(__popc(m_above));

@@ -26,11 +26,11 @@
 
 namespace attnserve::cuda::topk_detail {
 
-constexpr int kSegCap = 528;     // candidates per warp: 4 steps of 128 + 16 (head/tail extras of warp 0)
+constexpr int kSegCap = 528;  // candidates per warp: 4 steps of 128 + 16 (head/tail extras of warp 0)
 constexpr int kSampleChunks = 32;
-constexpr int kSampleQuads = 32;  // 128 values per chunk
+constexpr int kSampleQuads = 32;                               // 128 values per chunk
 constexpr int kSampleSize = kSampleChunks * kSampleQuads * 4;  // 4096
-constexpr int kExactMax = 4096;  // rows up to this length are loaded whole
+constexpr int kExactMax = 4096;                                // rows up to this length are loaded whole
 
 template <int kThreads>
 struct SampledSmem {
@@ -114,7 +114,8 @@ __device__ __forceinline__ float key_threshold_float(uint32_t t) {
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 template <int kThreads, int kUnroll>
-__global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sampled_kernel(TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
+__global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
+    topk_sampled_kernel(TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
   extern __shared__ uint4 smem_raw[];
   SampledSmem<kThreads>& S = *reinterpret_cast<SampledSmem<kThreads>*>(smem_raw);
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
   // The first p.prefetch_bytes of the row go to L2 now, at the chip's bandwidth rather than this SM's
   // loads in flight; the sample and its select run meanwhile, and the filter then mostly hits L2.
   {
-    const int64_t n_pf = (p.prefetch_bytes / 4 < len ? p.prefetch_bytes / 4 : len);  // values
+    const int64_t n_pf = (p.prefetch_bytes / 4 < len ? p.prefetch_bytes / 4 : len);                 // values
     for (int64_t j = int64_t(tid) * 32; j < n_pf; j += int64_t(kThreads) * 32) prefetch_l2(s + j);  // a line each
   }
 
@@ -283,7 +284,8 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1) topk_sample
     const unsigned m = __ballot_sync(ptx::kFullMask, sel);
     if (sel) {
       const uint32_t slot = slot0 + uint32_t(__popc(m & lanes_below));
-      if (slot < uint32_t(k)) rv.out[int64_t(slot) * p.out_col_stride] = value_of(p, row, rv.request, int64_t(seg_pos[i]));
+      if (slot < uint32_t(k))
+        rv.out[int64_t(slot) * p.out_col_stride] = value_of(p, row, rv.request, int64_t(seg_pos[i]));
     }
     slot0 += uint32_t(__popc(m));
   }
