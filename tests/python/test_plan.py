@@ -3,17 +3,7 @@ import numpy as np
 import pytest
 
 import attnserve as A
-
-
-def table_with(rows):
-    """A ReqToTokenPool holding the given per-request slot lists."""
-    pool = A.ReqToTokenPool(size=len(rows) + 1, max_context_len=256)
-    idx = []
-    for slots in rows:
-        r = pool.alloc()
-        pool.write(r, 0, slots)
-        idx.append(r)
-    return pool, idx
+from req_tables import table_with
 
 
 def test_dense_decode_page_table_uses_page_ids():

@@ -4,20 +4,11 @@ import numpy as np
 import pytest
 
 import attnserve as A
-
-
-def table_with(rows):
-    pool = A.ReqToTokenPool(size=len(rows) + 1, max_context_len=64)
-    idx = []
-    for slots in rows:
-        r = pool.alloc()
-        pool.write(r, 0, slots)
-        idx.append(r)
-    return pool, idx
+from req_tables import table_with
 
 
 def test_plan_returns_views_that_the_next_plan_overwrites_unless_copied():
-    pool, idx = table_with([list(range(8, 20)), list(range(32, 37))])
+    pool, idx = table_with(max_context_len=64, rows=[list(range(8, 20)), list(range(32, 37))])
     p = A.DensePlanner(page_size=1)
     p.init(max_bs=4, max_num_tokens=16, max_context_len=64)
     view = p.plan(A.ForwardMode.decode, [12, 5], idx, pool.table)
@@ -32,7 +23,7 @@ def test_plan_returns_views_that_the_next_plan_overwrites_unless_copied():
 
 
 def test_sparse_plan_copy_and_idle_max_seq_len_q():
-    pool, idx = table_with([list(range(8, 28))])
+    pool, idx = table_with(max_context_len=64, rows=[list(range(8, 28))])
     s = A.SparsePlanner(page_size=4, topk=16, draft_token_num=4)
     s.init(max_bs=2, max_num_tokens=8, max_context_len=64)
     owned = s.plan(A.ForwardMode.target_verify, [16], idx, pool.table, copy=True)
