@@ -259,8 +259,8 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
   const double bytes = double(b) * ctx * 576 * 2;
   char note[96];
-  std::snprintf(note, sizeof note, "[hb %d splits %d stages %d] %.0f%% of copy", cfg.rows_per_block, cfg.num_splits,
-                cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
+  std::snprintf(note, sizeof note, "[%s hb %d splits %d stages %d] %.0f%% of copy", cuda::mla::kernel_name(cfg.kernel),
+                cfg.rows_per_block, cfg.num_splits, cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
   report_flops(name, us, flops, bytes, note);
 }
 
@@ -369,14 +369,27 @@ int main(int argc, char** argv) try {
   bench_store_mla("store_mla bf16 n256K", 262144, false);
   bench_store_mla("store_mla fp8-656 n256K", 262144, true);
 
-  // MLA decode (portable path; Hopper fast path later).
+  // MLA decode: the default plan (Hopper wgmma kernel from 64 packed rows per request on sm_90, else
+  // portable; the note names the kernel), then A/B within the run: portable (sm90 = 0) against Hopper
+  // (sm90 = 1) on the shapes of ../shared/ANCHORS.md.
   bench_mla("mla decode b128 hq16 8K page64", 128, 16, 8192, 64);
   bench_mla("mla decode b128 hq128 8K page64", 128, 128, 8192, 64);
   bench_mla("mla decode b16 hq128 32K page64", 16, 128, 32768, 64);
+  bench_mla("mla decode b64 hq128 sq2 4K page64", 64, 128, 4096, 64, 2);
   bench_mla("mla decode b128 hq32 8K page64", 128, 32, 8192, 64);
+  bench_mla("mla decode b128 hq64 8K page64", 128, 64, 8192, 64);
   bench_mla("mla verify b64 hq16 sq4 8K page64", 64, 16, 8192, 64, 4);
   bench_mla("mla decode b128 hq128 8K page64 deterministic", 128, 128, 8192, 64, 1, {}, true);
   bench_mla("mla decode b128 hq16 8K page1", 128, 16, 8192, 1);
+  bench_mla("mla decode b128 hq128 8K page1", 128, 128, 8192, 1);
+  for (int k90 : {0, 1}) {
+    cuda::mla::MlaTuning t;
+    t.sm90 = k90;
+    const std::string v = k90 ? " sm90" : " portable";
+    bench_mla("mla ab decode b128 hq128 8K page64" + v, 128, 128, 8192, 64, 1, t);
+    bench_mla("mla ab decode b128 hq16 8K page64" + v, 128, 16, 8192, 64, 1, t);
+    bench_mla("mla ab decode b128 hq32 8K page64" + v, 128, 32, 8192, 64, 1, t);
+  }
   if (!g_quick) {  // A/B within the run: pipeline depth at h_q 16, row block at h_q 128, a repeat for spread
     for (int st : {3, 4})
       bench_mla("mla sweep decode b128 hq16 8K page64 stages" + std::to_string(st), 128, 16, 8192, 64, 1,

@@ -7,6 +7,7 @@
 #include "cuda/indexer/sm80/config.h"
 #include "cuda/mla/plan.h"
 #include "cuda/mla/sm80/config.h"
+#include "cuda/mla/sm90/config.h"
 #include "cuda/sparse_mla/plan.h"
 #include "cuda/topk/plan.h"
 
@@ -31,10 +32,13 @@ cuda::mla::Problem mla(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64
                             .max_seqlen_q = q_len};
 }
 
+const cuda::mla::Targets kPortableBuild{.sm90a = false}, kSm90Build{.sm90a = true};
+
 TEST(OpPlanMla, RowsPerBlockFollowTheRequestsPackedRows) {
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200).rows_per_block, 16);
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 16, 8192), kH200).rows_per_block, 32);
-  const cuda::mla::Plan h128 = cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200);
+  const cuda::mla::Plan h128 = cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {}, kPortableBuild);
+  EXPECT_EQ(h128.kernel, cuda::mla::Kernel::sm80);
   EXPECT_EQ(h128.rows_per_block, 64);
   EXPECT_EQ(h128.m_blocks, 2);
   EXPECT_EQ(h128.num_splits, 1);  // 256 CTAs fill the GPU
@@ -69,6 +73,57 @@ TEST(OpPlanMla, DeterministicSplitsByKeysOnly) {
   p.b = 256;
   p.total_q = 256;
   EXPECT_EQ(cuda::mla::make_plan(p, kH200).num_splits, c.num_splits);
+}
+
+TEST(OpPlanMla, HopperKernelOnSm90FromOneFullBlock) {
+  using cuda::mla::Kernel;
+  // b128 x 8K, h_q 128: two 64-row blocks per request, 256 CTAs on 132 SMs: no split.
+  const cuda::mla::Plan h128 = cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {}, kSm90Build);
+  EXPECT_EQ(h128.kernel, Kernel::sm90);
+  EXPECT_EQ(h128.rows_per_block, cuda::mla90::kRows);
+  EXPECT_EQ(h128.m_blocks, 2);
+  EXPECT_EQ(h128.num_splits, 1);
+  EXPECT_EQ(h128.smem, cuda::mla90::smem_bytes());
+  EXPECT_LE(h128.smem, kH200.smem_per_block);
+  EXPECT_EQ(workspace_size(h128), 0u);
+  // b64, s_q 2, h_q 128: 256 packed rows per request = 4 blocks.
+  EXPECT_EQ(cuda::mla::make_plan(mla(64, 2, 128, 4096), kH200, {}, kSm90Build).m_blocks, 4);
+  // b16 x 32K: 32 CTAs split 4 ways (128 of 132 SMs), with the partial states' workspace.
+  const cuda::mla::Plan b16 = cuda::mla::make_plan(mla(16, 1, 128, 32768), kH200, {}, kSm90Build);
+  EXPECT_EQ(b16.kernel, Kernel::sm90);
+  EXPECT_EQ(b16.num_splits, 4);
+  const std::size_t rows = 16 * 128;
+  EXPECT_EQ(workspace_size(b16), cuda::align_up(4 * rows * 512 * 4) + cuda::align_up(4 * rows * 4));
+  // h_q 64 (s_q 1) is one full block; h_q 16 / 32 decode stays portable unless forced.
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 64, 8192), kH200, {}, kSm90Build).kernel, Kernel::sm90);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 32, 8192), kH200, {}, kSm90Build).kernel, Kernel::sm80);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 32, 8192), kH200, {}, kSm90Build).kernel, Kernel::sm90);
+  const cuda::mla::Plan forced = cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {.sm90 = 1}, kSm90Build);
+  EXPECT_EQ(forced.kernel, Kernel::sm90);
+  EXPECT_EQ(forced.m_blocks, 1);
+  // Forced splits apply to it; pinned portable fields and sm90 = 0 keep the portable kernel.
+  EXPECT_EQ(cuda::mla::make_plan(mla(2, 1, 128, 1000), kH200, {.num_splits = 3, .sm90 = 1}, kSm90Build).num_splits, 3);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 32}, kSm90Build).kernel,
+            Kernel::sm80);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.stages = 3}, kSm90Build).kernel, Kernel::sm80);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.sm90 = 0}, kSm90Build).kernel, Kernel::sm80);
+}
+
+TEST(OpPlanMla, HopperKernelNeedsItsBuildDeviceAndNondeterminism) {
+  using cuda::mla::Kernel;
+  // A100: the portable kernel even when forced; HB 32 there (HB 64 with two tiles does not fit).
+  const cuda::mla::Plan a100 = cuda::mla::make_plan(mla(128, 1, 128, 8192), kA100, {.sm90 = 1}, kSm90Build);
+  EXPECT_EQ(a100.kernel, Kernel::sm80);
+  EXPECT_EQ(a100.rows_per_block, 32);
+  // A build without sm_90a on an H200.
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.sm90 = 1}, kPortableBuild).kernel, Kernel::sm80);
+  // Deterministic mode: the portable kernel with its fixed 1024-key splits.
+  cuda::mla::Problem det = mla(128, 1, 128, 8192);
+  det.deterministic = true;
+  const cuda::mla::Plan d = cuda::mla::make_plan(det, kH200, {.sm90 = 1}, kSm90Build);
+  EXPECT_EQ(d.kernel, Kernel::sm80);
+  EXPECT_EQ(d.split_keys, cuda::mla::kDeterministicSplitKeys);
+  EXPECT_STREQ(cuda::mla::kernel_name(Kernel::sm90), "sm90");
 }
 
 TEST(OpPlanMla, CanImplementNamesWhatIsUnsupported) {

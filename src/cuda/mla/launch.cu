@@ -1,11 +1,14 @@
 // Front of MLA (absorbed) attention on CUDA: the checks that need pointers and strides, the Params of
-// a call, and the launch of its plan's kernel (plan.h) plus the split-KV combine. The kernel lives in
-// the sm80 leaf.
+// a call, and the launch of its plan's kernel (plan.h) plus the split-KV combine. The kernels live in
+// the sm80 leaf (portable) and the sm90 leaf (Hopper, sm_90a builds only).
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/merge/merge.cuh"
 #include "cuda/mla/mla_api.h"
 #include "cuda/mla/sm80/mla_sm80.h"
+#ifdef ATTNSERVE_HAVE_SM90
+#include "cuda/mla/sm90/mla_sm90.h"
+#endif
 
 namespace attnserve::cuda::mla {
 namespace {
@@ -87,6 +90,13 @@ void run(const MlaAttentionArgs& a, const Plan& plan, Workspace ws, Stream strea
   cudaStream_t s = to_cuda(stream);
   switch (c.kernel) {
     case Kernel::sm80: launch_sm80(p, c, b, s); break;
+    case Kernel::sm90:
+#ifdef ATTNSERVE_HAVE_SM90
+      mla90::launch_mla_sm90(p, c.m_blocks, b, s);
+#else
+      ATTNSERVE_CHECK(false, kOp, ": the plan chose the Hopper kernel, which this build does not carry");
+#endif
+      break;
   }
   if (c.num_splits > 1) {
     const int dv = c.problem.d_v;

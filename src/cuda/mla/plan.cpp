@@ -1,15 +1,37 @@
-// MLA's plan (plan.h): the selector of the portable kernel's block size, ring depth and splits.
+// MLA's plan (plan.h): the selector of the portable kernel's block size, ring depth and splits, and
+// of the Hopper kernel.
 #include "cuda/mla/plan.h"
 
 #include <algorithm>
 
 #include "attnserve/error.h"
 #include "cuda/mla/sm80/config.h"
+#include "cuda/mla/sm90/config.h"
 
 namespace attnserve::cuda::mla {
 namespace {
 constexpr const char* kOp = "mla_attention";
+
+// The Hopper kernel runs the problem: built, sm_90 device, room for its 226 KB, not deterministic (its
+// bits differ from the portable kernel's, whose row blocks the deterministic mode promises not to matter).
+// bf16, d_v 512 / d_rope 64 and every mask and page size are can_implement's and supported by both.
+bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t) {
+  return t.sm90a && caps.arch == 90 && !p.deterministic && mla90::smem_bytes() <= caps.smem_per_block;
+}
+
+// Auto choice: packed rows per request (max_seqlen_q * h_q) from which the Hopper kernel is the default.
+constexpr int64_t kSm90MinRows = 64;
 }  // namespace
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::sm80: return "sm80";
+    case Kernel::sm90: return "sm90";
+  }
+  return "?";
+}
+
+Targets Targets::built() { return Targets{.sm90a = mla90::kBuilt}; }
 
 Problem problem_of(const MlaAttentionArgs& a) {
   return Problem{.b = a.cache_seqlens.size(0),
@@ -43,7 +65,7 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
   return {};
 }
 
-Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune) {
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune, const Targets& targets) {
   const Support s = can_implement(p, caps);
   ATTNSERVE_CHECK(s.ok(), s.reason);
   Plan c;
@@ -82,6 +104,21 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune) 
     // >= 4 key tiles per split
     c.num_splits = heuristic_splits(p.b * c.m_blocks, caps.num_sms * ctas_per_sm, max_tiles / 4);
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
+  }
+  // Hopper: 64-row blocks, 64-key tiles, its own split count (>= 2 tiles per split: one CTA per SM).
+  // The auto mode leaves the portable kernel every call that pins a portable field (rows, stages).
+  const bool pinned = RowsPerBlock::contains(tune.rows_per_block) || tune.stages != 0;
+  const bool want90 = tune.sm90 > 0 || (tune.sm90 < 0 && !pinned && rows_max >= kSm90MinRows);
+  if (want90 && sm90_supports(p, caps, targets)) {
+    const int tiles = ceil_div(std::max<int64_t>(max_keys, 1), mla90::kTileKeys);
+    c.kernel = Kernel::sm90;
+    c.rows_per_block = mla90::kRows;
+    c.m_blocks = ceil_div(rows_max, mla90::kRows);
+    c.stages = mla90::kStages;
+    c.smem = mla90::smem_bytes();
+    c.split_keys = 0;
+    c.num_splits = heuristic_splits(p.b * c.m_blocks, caps.num_sms, tiles / 2);
+    if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, tiles));
   }
   ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
   c.ws_bytes = workspace_layout(c, nullptr).bytes;

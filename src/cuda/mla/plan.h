@@ -1,7 +1,7 @@
 // The plan of one MLA (absorbed) paged-attention call: rows per CTA, pipeline depth, split-KV count
 // and workspace layout, made once from the call's shapes and the device (DeviceCaps).
 // Lifecycle: can_implement -> make_plan -> workspace_size -> run(args, plan, ...) (launch.cu). Pure host
-// code (g++ in every build), tested on the CPU (tests/cpu/test_op_plan_mla.cpp).
+// code (g++ in every build), tested on the CPU (tests/cpu/test_op_plan_mla_sparse.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,12 +26,15 @@ struct Problem {
 };
 Problem problem_of(const MlaAttentionArgs& a);
 
-enum class Kernel : int { sm80 = 0 };  // portable mma.sync kernel (rows per CTA: Plan::rows_per_block)
+// sm80: portable mma.sync kernel (rows per CTA: Plan::rows_per_block); sm90: Hopper wgmma kernel
+// (sm90/config.h: 64 rows per CTA, producer + two consumer warpgroups), sm_90a builds on sm_90 devices.
+enum class Kernel : int { sm80 = 0, sm90 = 1 };
+const char* kernel_name(Kernel k);
 
 struct Plan {
   Problem problem;
   Kernel kernel = Kernel::sm80;
-  int rows_per_block = 16;  // HB: packed rows (q_row * h_q + head) per CTA, 16 / 32 / 64
+  int rows_per_block = 16;  // HB: packed rows (q_row * h_q + head) per CTA, 16 / 32 / 64 (sm90: 64)
   int m_blocks = 1;
   int stages = 2;
   int num_splits = 1;
@@ -46,10 +49,20 @@ struct MlaTuning {
   int num_splits = 0;
   int stages = 0;
   int rows_per_block = 0;  // 16, 32 or 64 forces HB (tests cover every block size on the same inputs)
+  // Hopper kernel: -1 auto (sm_90 device, sm_90a build, not deterministic, no portable field pinned,
+  // the shapes where it measured faster: make_plan), 0 never, 1 whenever it supports the call.
+  int sm90 = -1;
+};
+
+// Which arch leaves this build carries (the Hopper kernel needs the sm_90a build); tests pass their own.
+struct Targets {
+  bool sm90a = false;
+  static Targets built();
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);
-Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune = {});
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune = {},
+               const Targets& targets = Targets::built());
 inline std::size_t workspace_size(const Plan& plan) { return plan.ws_bytes; }
 
 // The split-KV partial states (num_splits > 1); with a null base only the size is counted.

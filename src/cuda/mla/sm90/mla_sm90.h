@@ -1,0 +1,13 @@
+// Internal entry of the Hopper MLA decode kernel (built only with sm_90a, ATTNSERVE_HAVE_SM90). The plan
+// (../plan.cpp) decides when it runs; the front launcher (../launch.cu) fills the Params and calls this.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/mla/params.h"
+
+namespace attnserve::cuda::mla90 {
+
+// Grid (m_blocks, num_splits, batch) of 384-thread CTAs with 64 packed rows each (config.h).
+void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, cudaStream_t stream);
+
+}  // namespace attnserve::cuda::mla90
