@@ -32,11 +32,12 @@ cuda::mla::Problem mla(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64
                             .max_seqlen_q = q_len};
 }
 
+// The portable kernel's choices on a build without sm_90a (kPortableBuild); the Hopper kernel's with it.
 const cuda::mla::Targets kPortableBuild{.sm90a = false}, kSm90Build{.sm90a = true};
 
 TEST(OpPlanMla, RowsPerBlockFollowTheRequestsPackedRows) {
-  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200).rows_per_block, 16);
-  EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 16, 8192), kH200).rows_per_block, 32);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {}, kPortableBuild).rows_per_block, 16);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 16, 8192), kH200, {}, kPortableBuild).rows_per_block, 32);
   const cuda::mla::Plan h128 = cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {}, kPortableBuild);
   EXPECT_EQ(h128.kernel, cuda::mla::Kernel::sm80);
   EXPECT_EQ(h128.rows_per_block, 64);
@@ -45,17 +46,18 @@ TEST(OpPlanMla, RowsPerBlockFollowTheRequestsPackedRows) {
   EXPECT_EQ(workspace_size(h128), 0u);
   // A100: HB 64 with two tiles does not fit 163 KB: HB 32 (same bits).
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kA100).rows_per_block, 32);
-  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 16}).rows_per_block, 16);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 16}, kPortableBuild).rows_per_block,
+            16);
 }
 
 TEST(OpPlanMla, HB16TakesTheTwoCtaRing) {
-  const cuda::mla::Plan p = cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200);
+  const cuda::mla::Plan p = cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {}, kPortableBuild);
   EXPECT_LE(p.smem, (kH200.smem_per_block + 1024) / 2 - 1024);
   EXPECT_EQ(p.smem, cuda::mla::smem_bytes(16, p.stages));
 }
 
 TEST(OpPlanMla, SmallBatchSplitsWithItsWorkspaceLayout) {
-  const cuda::mla::Plan p = cuda::mla::make_plan(mla(2, 1, 16, 32768), kH200);
+  const cuda::mla::Plan p = cuda::mla::make_plan(mla(2, 1, 16, 32768), kH200, {}, kPortableBuild);
   ASSERT_GT(p.num_splits, 1);
   const std::size_t rows = 2 * 16, n = std::size_t(p.num_splits);
   EXPECT_EQ(workspace_size(p), cuda::align_up(n * rows * 512 * 4) + cuda::align_up(n * rows * 4));
@@ -67,15 +69,15 @@ TEST(OpPlanMla, SmallBatchSplitsWithItsWorkspaceLayout) {
 TEST(OpPlanMla, DeterministicSplitsByKeysOnly) {
   cuda::mla::Problem p = mla(2, 1, 16, 5000);
   p.deterministic = true;
-  const cuda::mla::Plan c = cuda::mla::make_plan(p, kH200);
+  const cuda::mla::Plan c = cuda::mla::make_plan(p, kH200, {}, kPortableBuild);
   EXPECT_EQ(c.split_keys, cuda::mla::kDeterministicSplitKeys);
   EXPECT_EQ(c.num_splits, (79 * 64 + 1023) / 1024);  // 79 pages of 64 keys
   p.b = 256;
   p.total_q = 256;
-  EXPECT_EQ(cuda::mla::make_plan(p, kH200).num_splits, c.num_splits);
+  EXPECT_EQ(cuda::mla::make_plan(p, kH200, {}, kPortableBuild).num_splits, c.num_splits);
 }
 
-TEST(OpPlanMla, HopperKernelOnSm90FromOneFullBlock) {
+TEST(OpPlanMla, HopperKernelOnSm90) {
   using cuda::mla::Kernel;
   // b128 x 8K, h_q 128: two 64-row blocks per request, 256 CTAs on 132 SMs: no split.
   const cuda::mla::Plan h128 = cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {}, kSm90Build);
@@ -94,13 +96,15 @@ TEST(OpPlanMla, HopperKernelOnSm90FromOneFullBlock) {
   EXPECT_EQ(b16.num_splits, 4);
   const std::size_t rows = 16 * 128;
   EXPECT_EQ(workspace_size(b16), cuda::align_up(4 * rows * 512 * 4) + cuda::align_up(4 * rows * 4));
-  // h_q 64 (s_q 1) is one full block; h_q 16 / 32 decode stays portable unless forced.
+  // Every head count, also part of one block (h_q 16: 16 of 64 rows).
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 64, 8192), kH200, {}, kSm90Build).kernel, Kernel::sm90);
-  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 32, 8192), kH200, {}, kSm90Build).kernel, Kernel::sm80);
-  EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 32, 8192), kH200, {}, kSm90Build).kernel, Kernel::sm90);
-  const cuda::mla::Plan forced = cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {.sm90 = 1}, kSm90Build);
-  EXPECT_EQ(forced.kernel, Kernel::sm90);
-  EXPECT_EQ(forced.m_blocks, 1);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 32, 8192), kH200, {}, kSm90Build).kernel, Kernel::sm90);
+  const cuda::mla::Plan h16 = cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {}, kSm90Build);
+  EXPECT_EQ(h16.kernel, Kernel::sm90);
+  EXPECT_EQ(h16.m_blocks, 1);
+  EXPECT_EQ(h16.rows_per_block, 64);
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 20, 8192), kH200, {}, kSm90Build).m_blocks, 1);  // 40 rows
+  EXPECT_EQ(cuda::mla::make_plan(mla(128, 4, 20, 8192), kH200, {}, kSm90Build).m_blocks, 2);  // 80 rows
   // Forced splits apply to it; pinned portable fields and sm90 = 0 keep the portable kernel.
   EXPECT_EQ(cuda::mla::make_plan(mla(2, 1, 128, 1000), kH200, {.num_splits = 3, .sm90 = 1}, kSm90Build).num_splits, 3);
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 32}, kSm90Build).kernel,

@@ -195,7 +195,7 @@ TEST(GpuMlaSm90, WindowSoftcapAndEdgeCases) {
   EXPECT_EQ(check_sm90(ring, g), cuda::mla::Kernel::sm90);
 }
 
-TEST(GpuMlaSm90, AutoChoice) {  // the default plan on this device: Hopper from one full block, else portable
+TEST(GpuMlaSm90, AutoChoice) {  // the default plan on this device: Hopper at every head count; sm90 = 0 portable
   REQUIRE_SM90();
   auto g = rng_for_test();
   Sm90Spec s;
@@ -205,7 +205,7 @@ TEST(GpuMlaSm90, AutoChoice) {  // the default plan on this device: Hopper from 
   s.k_lens = {700, 90};
   EXPECT_EQ(check_sm90(s, g), cuda::mla::Kernel::sm90);
   s.h_q = 16;
-  EXPECT_EQ(check_sm90(s, g), cuda::mla::Kernel::sm80);
+  EXPECT_EQ(check_sm90(s, g), cuda::mla::Kernel::sm90);
   s.sm90 = 0;
   s.h_q = 128;
   EXPECT_EQ(check_sm90(s, g), cuda::mla::Kernel::sm80);

@@ -18,9 +18,6 @@ constexpr const char* kOp = "mla_attention";
 bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t) {
   return t.sm90a && caps.arch == 90 && !p.deterministic && mla90::smem_bytes() <= caps.smem_per_block;
 }
-
-// Auto choice: packed rows per request (max_seqlen_q * h_q) from which the Hopper kernel is the default.
-constexpr int64_t kSm90MinRows = 64;
 }  // namespace
 
 const char* kernel_name(Kernel k) {
@@ -106,9 +103,12 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune, 
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
   // Hopper: 64-row blocks, 64-key tiles, its own split count (>= 2 tiles per split: one CTA per SM).
-  // The auto mode leaves the portable kernel every call that pins a portable field (rows, stages).
+  // The auto choice wherever it runs: measured faster than the portable kernel at every head count on
+  // the H200, also with 48 of 64 rows padding (b128 x 8K: h_q 16 296 against 491 us, h_q 32 294 against
+  // 784, h_q 128 547 against 1936; bench/NOTES.md "Session 4"). The auto mode leaves the portable kernel
+  // every call that pins a portable field (rows, stages).
   const bool pinned = RowsPerBlock::contains(tune.rows_per_block) || tune.stages != 0;
-  const bool want90 = tune.sm90 > 0 || (tune.sm90 < 0 && !pinned && rows_max >= kSm90MinRows);
+  const bool want90 = tune.sm90 > 0 || (tune.sm90 < 0 && !pinned);
   if (want90 && sm90_supports(p, caps, targets)) {
     const int tiles = ceil_div(std::max<int64_t>(max_keys, 1), mla90::kTileKeys);
     c.kernel = Kernel::sm90;

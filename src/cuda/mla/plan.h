@@ -49,8 +49,8 @@ struct MlaTuning {
   int num_splits = 0;
   int stages = 0;
   int rows_per_block = 0;  // 16, 32 or 64 forces HB (tests cover every block size on the same inputs)
-  // Hopper kernel: -1 auto (sm_90 device, sm_90a build, not deterministic, no portable field pinned,
-  // the shapes where it measured faster: make_plan), 0 never, 1 whenever it supports the call.
+  // Hopper kernel: -1 auto (sm_90 device, sm_90a build, not deterministic, no portable field pinned),
+  // 0 never, 1 whenever it supports the call.
   int sm90 = -1;
 };
 

@@ -13,7 +13,8 @@
 //        WG 1's factors. P V reads P from shared memory in both. V = the first 512 columns of the same K tile (MN-major
 //        B, no second load).
 // Named barriers hand P over: kBarPFull (WG 1 wrote P and alpha of tile t) and kBarPEmpty (WG 2's
-// wgmma finished reading them); the same pair hands over the final 1/l after the last tile.
+// wgmma finished reading them); the same pair hands over the final 1/l after the last tile. Each
+// warpgroup syncs on each barrier n + 1 times (n tiles), in the order Empty, Full, Empty, Full ...
 // Semantics of the portable kernel and the CPU oracle: a row with no visible key writes 0 and
 // lse = -inf; split s writes its normalized partial O and LSE for the combine (merge kernel).
 #pragma once
@@ -33,8 +34,11 @@ namespace attnserve::cuda::mla90 {
 
 using mla::Params;
 
-// Named barriers (0 is __syncthreads): P handed from WG 1 to WG 2 and back; WG 1's own rows of P written.
-constexpr int kBarPFull = 1, kBarPEmpty = 2, kBarPMine = 3;
+// Named barriers (0 is __syncthreads), both warpgroups sync on each (256 threads): P handed from WG 1 to
+// WG 2 and back. Syncing on both sides costs nothing here (the other side is already waiting: WG 2 for
+// P, WG 1 finishes S and the softmax after WG 2's P V) and orders the alpha / 1/l reads for racecheck,
+// which reported the bar.arrive -> bar.sync hand-over as races.
+constexpr int kBarPFull = 1, kBarPEmpty = 2;
 
 // One CTA's request, rows and key tiles (the portable kernel's split rule with 64-key tiles).
 struct Block {
@@ -335,9 +339,8 @@ __device__ __forceinline__ void softmax_role(const Params& p, const Block& b, co
       sm.alpha[rw.r0] = al0;
       sm.alpha[rw.r1] = al1;
     }
-    sm90::fence_proxy_async();  // P's generic writes, for the wgmmas of both warpgroups
-    sm90::named_arrive(kBarPFull, 256);
-    sm90::named_sync(kBarPMine, 128);  // every warp of this warpgroup wrote its rows of P
+    sm90::fence_proxy_async();         // P's generic writes, for the wgmmas of both warpgroups
+    sm90::named_sync(kBarPFull, 256);  // also: every warp of this warpgroup wrote its rows of P
     scale_rows(o, al0, al1);
   };
   // O[:, 0:256) += P V with P from shared memory as WG 2 does: 4 k-steps of 16 keys (2048 bytes of V,
@@ -376,7 +379,7 @@ __device__ __forceinline__ void softmax_role(const Params& p, const Block& b, co
     sm.inv[rw.r0] = inv0;
     sm.inv[rw.r1] = inv1;
   }
-  sm90::named_arrive(kBarPFull, 256);
+  sm90::named_sync(kBarPFull, 256);
   const float lse0 = L0 > 0.f ? (st.m0 * st.u + log2f(L0)) * 0.6931471805599453f : -INFINITY;
   const float lse1 = L1 > 0.f ? (st.m1 * st.u + log2f(L1)) * 0.6931471805599453f : -INFINITY;
   store_rows(p, b, rw, o, 0, inv0, inv1, true, lse0, lse1);
@@ -389,7 +392,7 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  sm90::named_arrive(kBarPEmpty, 256);  // P's buffer starts free
+  sm90::named_sync(kBarPEmpty, 256);  // P's buffer starts free
   const uint64_t dp = sm90::desc_kmajor(sm.p_tile);
   for (int t = 0; t < b.n_tiles; ++t) {
     sm90::named_sync(kBarPFull, 256);
@@ -407,8 +410,8 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
     sm90::wg_commit();
     sm90::wg_wait<0>();
     sm90::fence_regs(o);
-    sm90::named_arrive(kBarPEmpty, 256);
     sm90::mbar_arrive(sm.empty(t));
+    sm90::named_sync(kBarPEmpty, 256);
   }
   sm90::named_sync(kBarPFull, 256);
   store_rows(p, b, rw, o, kHalfDv, sm.inv[rw.r0], sm.inv[rw.r1], false, 0.f, 0.f);
