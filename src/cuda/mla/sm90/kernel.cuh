@@ -8,10 +8,9 @@
 //        full / empty mbarriers (its cp.async.mbarrier.arrive fires when its copies land).
 //   WG 1 (softmax): S[64 x 64] = Q K^T (36 k-steps of m64n64k16 SS), online softmax in base 2 in
 //        registers, P -> bf16 to shared memory (one SW128 panel) with each row's rescale factor,
-//        then O[:, 0:256) += P V by m64n256k16 SS.
-//   WG 2 (P V): O[:, 256:512) += P V by m64n256k16 SS (P from shared memory), after rescaling by
-//        WG 1's factors. P V reads P from shared memory in both. V = the first 512 columns of the same K tile (MN-major
-//        B, no second load).
+//        then O[:, 0:256) += P V by m64n256k16 SS (P from shared memory).
+//   WG 2 (P V): O[:, 256:512) += P V by m64n256k16 SS (the same P), after rescaling by WG 1's factors.
+//   V = the first 512 columns of the same K tile (MN-major B, no second load).
 // Named barriers hand P over: kBarPFull (WG 1 wrote P and alpha of tile t) and kBarPEmpty (WG 2's
 // wgmma finished reading them); the same pair hands over the final 1/l after the last tile. Each
 // warpgroup syncs on each barrier n + 1 times (n tiles), in the order Empty, Full, Empty, Full ...
