@@ -1,7 +1,7 @@
 // The lightning indexer's choice of the Hopper kernel (src/cuda/indexer/plan.h) on fabricated devices:
-// chosen on sm_90 in an sm_90a build for 64 heads (paged next_n 1..4, ragged), its groups and column
-// blocks; the portable kernel on an A100, without the sm_90a build, for other head counts or next_n, and
-// when the tuning says never.
+// chosen on sm_90 in an sm_90a build for 64 heads (paged next_n 1..4 with pages of a multiple of 4 keys,
+// ragged), its groups and column blocks; the portable kernel on an A100, without the sm_90a build, for
+// other head counts, next_n or odd page sizes, and when the tuning says never.
 #include <gtest/gtest.h>
 
 #include "cuda/indexer/plan.h"
@@ -42,10 +42,15 @@ TEST(OpPlanIndexerSm90, PagedNextN1To4On64HeadsTakesTheHopperKernel) {
     EXPECT_TRUE(plan.key_vec16);
   }
   EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, {}, kSm90a).kernel, Kernel::sm90_paged_q_scale);
-  const auto odd_pages = make_plan(paged(1, 5), kH200, {}, kSm90a);  // 4-byte key copies
+  // Pages of 5 keys break 16-byte alignment: the portable kernel by default (measured faster there), the
+  // Hopper kernel's 4-byte key copies when forced.
+  EXPECT_EQ(make_plan(paged(1, 5), kH200, {}, kSm90a).kernel, Kernel::paged);
+  EXPECT_EQ(make_plan(paged(1, 1), kH200, {}, kSm90a).kernel, Kernel::paged);
+  const auto odd_pages = make_plan(paged(1, 5), kH200, Tuning{.sm90 = 1}, kSm90a);
   EXPECT_EQ(odd_pages.kernel, Kernel::sm90_paged);
   EXPECT_FALSE(odd_pages.key_vec16);
   EXPECT_STREQ(cuda::indexer::kernel_name(odd_pages.kernel), "sm90_paged");
+  EXPECT_EQ(make_plan(paged(3, 16), kH200, {}, kSm90a).kernel, Kernel::sm90_paged);
 }
 
 TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {

@@ -110,8 +110,10 @@ Support can_implement(const Problem& p, const DeviceCaps&) {
 Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, const Targets& targets) {
   const Support s = can_implement(p, caps);
   ATTNSERVE_CHECK(s.ok(), s.reason);
-  const bool want_sm90 = tune.sm90 == 1 || (tune.sm90 == -1 && sm90_env_allowed());
-  return shape(p, want_sm90 && sm90_supports(p, caps, targets));
+  // Auto: not for pages that break 16-byte alignment (page_size % 4 != 0): the Hopper kernel's 4-byte key
+  // copies lost to the portable kernel there (b128 x 32K page 1: 1195 us against 730, H200, 26f91f4).
+  const bool auto_sm90 = tune.sm90 == -1 && sm90_env_allowed() && (!p.paged || p.page_size % 4 == 0);
+  return shape(p, (tune.sm90 == 1 || auto_sm90) && sm90_supports(p, caps, targets));
 }
 
 }  // namespace attnserve::cuda::indexer

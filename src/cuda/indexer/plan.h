@@ -53,8 +53,8 @@ struct Targets {
   static Targets built();
 };
 
-// The Hopper kernel: -1 auto (chosen on sm_90 when built and it supports the call, unless the environment
-// sets ATTNSERVE_INDEXER_SM90=0), 0 never, 1 whenever it supports the call.
+// The Hopper kernel: -1 auto (chosen on sm_90 when built and it supports the call, pages of a multiple of 4
+// keys, unless the environment sets ATTNSERVE_INDEXER_SM90=0), 0 never, 1 whenever it supports the call.
 struct Tuning {
   int sm90 = -1;
 };
