@@ -2,6 +2,8 @@
 // pool (pages shuffled, pool far larger than L2) and ragged causal prefill scores. CUDA events, median
 // of many after warm-up. FLOPs = 2 * rows * heads * 128 * visible keys; bytes = keys read once
 // (132 B each: 128 fp8 + f32 scale) + logits written (4 B per (row, column)) + q.
+// Each shape runs on the portable kernel and, where it applies, on the Hopper one (FP8 wgmma); the line
+// names the kernel that ran (the plan's kernel_name).
 //
 // Usage: bench_indexer [--quick] [filter-substring]
 #include <algorithm>
@@ -12,11 +14,26 @@
 
 #include "attnserve/cache_formats.h"
 #include "bench_sparse_util.cuh"
+#include "cuda/indexer/plan.h"
 
 using namespace attnserve;
 using namespace dsa_bench;
 
 namespace {
+
+// Runs `time_one(kernel name)` once per kernel that can run the problem: the portable one, then the Hopper
+// one when the plan takes it under Tuning{.sm90 = 1}.
+template <typename F>
+void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one) {
+  const DeviceCaps caps = query_device_caps(Device::cuda());
+  for (int sm90 : {0, 1}) {
+    cuda::indexer::op_tuning().sm90 = sm90;
+    const auto plan = cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning());
+    if (sm90 == 1 && !cuda::indexer::is_sm90(plan.kernel)) continue;
+    time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + "]");
+  }
+  cuda::indexer::op_tuning().sm90 = -1;
+}
 
 void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_size) {
   const std::string name = "indexer paged b " + std::to_string(b) + " ctx " + std::to_string(ctx >> 10) + "K heads " +
@@ -28,12 +45,11 @@ void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_siz
   Buffer pool(pool_bytes, Device::cuda());
   fill_fp8(pool.data(), pool_bytes, 11);
   // Scales: overwrite every page's scale block with 2^-4 (the fill above wrote fp8 codes there).
-  {
-    std::vector<float> scales(static_cast<std::size_t>(page_size), 0.0625f);
-    for (int64_t p = 0; p < num_pages; ++p)
-      DSA_CK(cudaMemcpy(static_cast<uint8_t*>(pool.data()) + p * IndexerKeyLayout::bytes_per_page(page_size) +
-                            std::size_t(page_size) * 128,
-                        scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  {  // one strided copy (a copy per page took seconds at page size 1)
+    std::vector<float> scales(static_cast<std::size_t>(num_pages * page_size), 0.0625f);
+    DSA_CK(cudaMemcpy2D(static_cast<uint8_t*>(pool.data()) + std::size_t(page_size) * 128,
+                        IndexerKeyLayout::bytes_per_page(page_size), scales.data(), std::size_t(page_size) * 4,
+                        std::size_t(page_size) * 4, std::size_t(num_pages), cudaMemcpyHostToDevice));
   }
   std::vector<int32_t> ids(static_cast<std::size_t>(num_pages)), seq(static_cast<std::size_t>(b), int32_t(ctx));
   std::iota(ids.begin(), ids.end(), 0);
@@ -56,16 +72,18 @@ void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_siz
       .logits = TensorView::contiguous(logits.data(), DType::f32, {rows, ctx}, Device::cuda()),
       .page_size = page_size,
       .next_n = next_n};
-  const double us = median_us([&](int i) {
-    IndexerPagedArgs r = a;
-    r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * rows * heads * 128;
-    indexer_paged(r);
-  });
   double visible = 0;
   for (int t = 0; t < next_n; ++t) visible += double(b) * double(ctx - next_n + t + 1);
   const double flops = 2.0 * double(heads) * 128 * visible;
   const double bytes = double(b) * ctx * 132 + double(rows) * ctx * 4 + double(rows) * heads * 132;
-  report(name, us, flops, bytes, "floor: bytes at the copy ceiling");
+  for_each_kernel(cuda::indexer::problem_of(a), [&](const std::string& kernel) {
+    const double us = median_us([&](int i) {
+      IndexerPagedArgs r = a;
+      r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * rows * heads * 128;
+      indexer_paged(r);
+    });
+    report(name + kernel, us, flops, bytes, "floor: bytes at the copy ceiling");
+  });
 }
 
 void bench_ragged_prefill(int64_t tokens, int64_t heads) {
@@ -91,10 +109,12 @@ void bench_ragged_prefill(int64_t tokens, int64_t heads) {
                       .ks = TensorView::contiguous(ks.data(), DType::i32, {tokens}, Device::cuda()),
                       .ke = TensorView::contiguous(ke.data(), DType::i32, {tokens}, Device::cuda()),
                       .logits = TensorView::contiguous(logits.data(), DType::f32, {tokens, tokens}, Device::cuda())};
-  const double us = median_us([&](int) { indexer_ragged(a); }, 2, 10);
   const double flops = 2.0 * double(heads) * 128 * double(tokens) * double(tokens + 1) / 2;
   const double bytes = double(tokens) * tokens * 4 + double(tokens) * 132 * 2;
-  report(name, us, flops, bytes, "causal: half the square computed, all of it written");
+  for_each_kernel(cuda::indexer::problem_of(a), [&](const std::string& kernel) {
+    const double us = median_us([&](int) { indexer_ragged(a); }, 2, 10);
+    report(name + kernel, us, flops, bytes, "causal: half the square computed, all of it written");
+  });
 }
 
 }  // namespace
@@ -104,6 +124,8 @@ int main(int argc, char** argv) try {
   bench_paged(128, 32 << 10, 64, 1, 64);
   bench_paged(128, 8 << 10, 64, 1, 64);
   bench_paged(64, 32 << 10, 64, 2, 64);
+  bench_paged(128, 32 << 10, 64, 2, 64);
+  bench_paged(128, 32 << 10, 64, 4, 64);
   bench_paged(128, 32 << 10, 64, 1, 1);
   bench_ragged_prefill(4096, 64);
   bench_ragged_prefill(8192, 64);

@@ -215,23 +215,28 @@ TEST(OpPlanTopk, ThreadsPerRowFollowTheRowWidth) {
 
 TEST(OpPlanIndexer, KernelVariantsGroupsAndColumnBlocks) {
   using cuda::indexer::Kernel;
-  const auto ragged = cuda::indexer::make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200);
+  const cuda::indexer::Targets
+      portable{};  // a build without the Hopper kernel (tests/cpu/test_op_plan_indexer_sm90.cpp: with)
+  const auto ragged = cuda::indexer::make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, {}, portable);
   EXPECT_EQ(ragged.kernel, Kernel::ragged);
   EXPECT_EQ(ragged.rows_per_group, cuda::indexer::kRaggedGroupRows);
   EXPECT_EQ(ragged.num_groups, 3);  // 9 rows in groups of 4
   EXPECT_EQ(ragged.col_blocks, (1000 + cuda::indexer::kColsPerCta - 1) / cuda::indexer::kColsPerCta);
   EXPECT_TRUE(ragged.key_vec16);
-  EXPECT_EQ(cuda::indexer::make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200).kernel,
-            Kernel::ragged_q_scale);
+  EXPECT_EQ(
+      cuda::indexer::make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200, {}, portable).kernel,
+      Kernel::ragged_q_scale);
   const auto paged = cuda::indexer::make_plan(
-      {.paged = true, .rows = 128 * 2, .heads = 64, .num_cols = 32768, .next_n = 2, .page_size = 64}, kH200);
+      {.paged = true, .rows = 128 * 2, .heads = 64, .num_cols = 32768, .next_n = 2, .page_size = 64}, kH200, {},
+      portable);
   EXPECT_EQ(paged.kernel, Kernel::paged);
   EXPECT_EQ(paged.rows_per_group, 2);
   EXPECT_EQ(paged.num_groups, 128);
   EXPECT_EQ(paged.ctas(), 128 * (32768 / cuda::indexer::kColsPerCta));
   EXPECT_TRUE(paged.key_vec16);
   const auto odd = cuda::indexer::make_plan(
-      {.paged = true, .rows = 4, .heads = 64, .num_cols = 64, .next_n = 1, .page_size = 2, .q_scale = true}, kH200);
+      {.paged = true, .rows = 4, .heads = 64, .num_cols = 64, .next_n = 1, .page_size = 2, .q_scale = true}, kH200, {},
+      portable);
   EXPECT_EQ(odd.kernel, Kernel::paged_q_scale);
   EXPECT_FALSE(odd.key_vec16);  // pages of 2 x 132 bytes break 16-byte alignment
   EXPECT_FALSE(cuda::indexer::can_implement({.paged = true, .rows = 4, .next_n = 0}, kH200).ok());

@@ -1,9 +1,8 @@
-// Lightning indexer (paged and ragged) and FP8 activation quantization on CUDA, against the CPU oracle
-// and brute force: next_n 1..4, page sizes 1 / 5 / 64, any head count, zero-length and short requests,
-// long contexts, windows of every kind, page ids outside the pool (device memory: skipped as -inf).
-// Logits follow the tolerance rule against the fp64 brute force (base: the larger error of the CPU
-// oracle and of a plain float32 loop); -inf positions match exactly; nothing is left unwritten;
-// two GPU runs give identical bits. Quantization must equal the CPU oracle bit for bit.
+// Lightning indexer (paged and ragged) on the portable CUDA kernel, and FP8 activation quantization,
+// against the CPU oracle and brute force: next_n 1..4, page sizes 1 / 5 / 64, any head count, zero-length
+// and short requests, long contexts, windows of every kind, page ids outside the pool (device memory:
+// skipped as -inf). Cases and checks: indexer_gpu_cases.h (the Hopper kernel: test_indexer_gpu_sm90.cpp).
+// Quantization must equal the CPU oracle bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,189 +11,13 @@
 
 #include "attnserve/ops/indexer.h"
 #include "cpu/test_indexer_util.h"
+#include "indexer_gpu_cases.h"
 #include "test_sparse_gpu_util.h"
 
 using namespace attnserve;
 using namespace attnserve::test;
 using namespace attnserve::test::dsa_gpu;
-
-namespace {
-
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-// GPU logits against brute force (ref64, ref32) and the CPU oracle's logits.
-void expect_logits(const HostTensor& gpu, const HostTensor& cpu, const std::vector<double>& ref64,
-                   const std::vector<double>& ref32) {
-  const std::vector<double> got = to_doubles(gpu), oracle = to_doubles(cpu);
-  ASSERT_EQ(count_nan(got), 0) << "logits left unwritten (poison) or NaN";
-  ASSERT_EQ(nonfinite_mismatches(got, ref64), 0) << "-inf positions differ from the reference";
-  ASSERT_EQ(nonfinite_mismatches(oracle, ref64), 0) << "CPU oracle: -inf positions differ";
-  const double base = same_precision_error(oracle, ref32, ref64);
-  const double err = rel_l2(got, ref64);
-  EXPECT_LE(err, tolerance_by_rule(base, DType::f32))
-      << "GPU rel_l2 " << err << ", CPU oracle " << rel_l2(oracle, ref64) << ", float32 loop " << rel_l2(ref32, ref64);
-}
-
-// Runs the paged indexer on the GPU twice (poisoned logits), requires identical bits, returns the logits.
-HostTensor run_paged_gpu(const IndexerPagedArgs& h, const HostTensor& logits_like,
-                         const TensorView* page_table_override = nullptr) {
-  DeviceMirror q(h.q), w(h.weights), pool(h.index_k_cache),
-      pt(page_table_override ? *page_table_override : h.page_table), sl(h.seqlens), out(h.logits), qs(h.q_scale);
-  IndexerPagedArgs d = h;
-  d.q = q.view, d.weights = w.view, d.index_k_cache = pool.view, d.page_table = pt.view, d.seqlens = sl.view,
-  d.logits = out.view;
-  d.q_scale = qs.view;
-  std::vector<uint8_t> first;
-  for (int run = 0; run < 2; ++run) {
-    out.poison();
-    indexer_paged(d);
-    stream_synchronize({});
-    if (run == 0) first = out.bytes();
-    else EXPECT_TRUE(first == out.bytes()) << "two GPU runs differ";
-  }
-  HostTensor got = logits_like;
-  std::memcpy(got.bytes.data(), first.data(), first.size());
-  return got;
-}
-
-struct PagedCase {
-  std::vector<int> seqlens;
-  int next_n = 1, page_size = 64;
-  int64_t heads = 64;
-  int extra_cols = 9;  // logits columns past the longest request (-inf)
-};
-
-void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_page_of_request0 = -1) {
-  SCOPED_TRACE("next_n " + std::to_string(c.next_n) + " page_size " + std::to_string(c.page_size) + " heads " +
-               std::to_string(c.heads));
-  const int64_t b = int64_t(c.seqlens.size()), rows = b * c.next_n;
-  const int max_context = *std::max_element(c.seqlens.begin(), c.seqlens.end()) + c.extra_cols;
-  const int max_pages = (max_context + c.page_size - 1) / c.page_size + 1;
-  IndexKeyPool kp(c.seqlens, c.page_size, max_pages, g);
-  HostTensor q = random_fp8_q(rows, c.heads, g), w = random_weights(rows, c.heads, g);
-  HostTensor sl(DType::i32, {b}), logits(DType::f32, {rows, max_context});
-  for (int64_t r = 0; r < b; ++r) sl.ptr<int32_t>()[r] = c.seqlens[size_t(r)];
-  const IndexerPagedArgs args{.q = q.view,
-                              .weights = w.view,
-                              .index_k_cache = kp.pool.view,
-                              .page_table = kp.page_table.view,
-                              .seqlens = sl.view,
-                              .logits = logits.view,
-                              .page_size = c.page_size,
-                              .next_n = c.next_n};
-  poison(logits);
-  indexer_paged(args);  // CPU oracle
-  const HostTensor cpu = logits;
-
-  HostTensor table = kp.page_table;  // (a corrupted copy for the GPU when asked)
-  if (corrupt_page_of_request0 >= 0)
-    table.ptr<int32_t>()[corrupt_page_of_request0] = corrupt_page_of_request0 % 2 ? -1 : 1 << 30;
-  const HostTensor gpu = run_paged_gpu(args, logits, &table.view);
-  if (::testing::Test::HasFailure()) return;
-
-  const std::vector<float> qf = to_floats(q), wf = to_floats(w);
-  std::vector<double> ref64(size_t(rows * max_context), kNegInf), ref32(ref64.size(), kNegInf);
-  for (int64_t r = 0; r < b; ++r)
-    for (int t = 0; t < c.next_n; ++t) {
-      const int64_t row = r * c.next_n + t;
-      const int64_t visible = std::max<int64_t>(0, c.seqlens[size_t(r)] - c.next_n + t + 1);
-      for (int64_t j = 0; j < visible; ++j) {
-        if (r == 0 && j / c.page_size == corrupt_page_of_request0) continue;  // skipped by the kernel: -inf
-        const QuantizedKey& key = kp.keys[size_t(r)][size_t(j)];
-        const std::vector<float> k = decode_key(key.bytes);
-        const float* qr = qf.data() + row * c.heads * kIdxDim;
-        const float* wr = wf.data() + row * c.heads;
-        ref64[size_t(row * max_context + j)] = reference_score<double>(qr, wr, c.heads, k.data(), key.scale);
-        ref32[size_t(row * max_context + j)] = reference_score<float>(qr, wr, c.heads, k.data(), key.scale);
-      }
-    }
-  if (corrupt_page_of_request0 >= 0) {  // the oracle ran on the intact table: blank the same columns
-    HostTensor cpu_masked = cpu;
-    for (int t = 0; t < c.next_n; ++t)
-      for (int64_t j = 0; j < max_context; ++j)
-        if (j / c.page_size == corrupt_page_of_request0) cpu_masked.ptr<float>()[t * max_context + j] = -INFINITY;
-    expect_logits(gpu, cpu_masked, ref64, ref32);
-  } else {
-    expect_logits(gpu, cpu, ref64, ref32);
-  }
-}
-
-// A contiguous key buffer for the ragged form.
-struct KeyBuffer {
-  HostTensor k, k_scale;
-  KeyBuffer(int64_t num_keys, std::mt19937_64& g)
-      : k(DType::fp8_e4m3, {num_keys, kIdxDim}), k_scale(DType::f32, {num_keys}) {
-    for (int64_t j = 0; j < num_keys; ++j) {
-      QuantizedKey qk = random_key(g);
-      std::memcpy(k.bytes.data() + j * kIdxDim, qk.bytes, kIdxDim);
-      k_scale.ptr<float>()[j] = qk.scale;
-    }
-  }
-};
-
-// windows: per row [ks, ke); empty = all random.
-void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::mt19937_64& g,
-                     const std::vector<std::pair<int, int>>& windows = {}) {
-  SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads) + " keys " +
-               std::to_string(num_keys));
-  HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g);
-  KeyBuffer kb(num_keys, g);
-  HostTensor ks(DType::i32, {rows}), ke(DType::i32, {rows}), logits(DType::f32, {rows, num_keys});
-  std::uniform_int_distribution<int32_t> pos(0, int32_t(num_keys));
-  for (int64_t i = 0; i < rows; ++i) {
-    int32_t a = pos(g), b = pos(g);
-    if (!windows.empty()) a = windows[size_t(i)].first, b = windows[size_t(i)].second;
-    ks.ptr<int32_t>()[i] = std::min(a, b);
-    ke.ptr<int32_t>()[i] = std::max(a, b);
-  }
-  const IndexerRaggedArgs args{.q = q.view,
-                               .weights = w.view,
-                               .k = kb.k.view,
-                               .k_scale = kb.k_scale.view,
-                               .ks = ks.view,
-                               .ke = ke.view,
-                               .logits = logits.view};
-  poison(logits);
-  indexer_ragged(args);
-  const HostTensor cpu = logits;
-
-  DeviceMirror dq(q.view), dw(w.view), dk(kb.k.view), dks(kb.k_scale.view), dlo(ks.view), dhi(ke.view),
-      dout(logits.view);
-  IndexerRaggedArgs d{.q = dq.view,
-                      .weights = dw.view,
-                      .k = dk.view,
-                      .k_scale = dks.view,
-                      .ks = dlo.view,
-                      .ke = dhi.view,
-                      .logits = dout.view};
-  std::vector<uint8_t> first;
-  for (int run = 0; run < 2; ++run) {
-    dout.poison();
-    indexer_ragged(d);
-    stream_synchronize({});
-    if (run == 0) first = dout.bytes();
-    else ASSERT_TRUE(first == dout.bytes()) << "two GPU runs differ";
-  }
-  HostTensor gpu = logits;
-  std::memcpy(gpu.bytes.data(), first.data(), first.size());
-
-  const std::vector<float> qf = to_floats(q), wf = to_floats(w);
-  std::vector<double> ref64(size_t(rows * num_keys), kNegInf), ref32(ref64.size(), kNegInf);
-  for (int64_t j = 0; j < num_keys; ++j) {
-    const std::vector<float> k = decode_key(kb.k.bytes.data() + j * kIdxDim);
-    const float scale = kb.k_scale.ptr<float>()[j];
-    for (int64_t i = 0; i < rows; ++i) {
-      if (j < ks.ptr<int32_t>()[i] || j >= ke.ptr<int32_t>()[i]) continue;
-      const size_t o = size_t(i * num_keys + j);
-      ref64[o] =
-          reference_score<double>(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
-      ref32[o] = reference_score<float>(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
-    }
-  }
-  expect_logits(gpu, cpu, ref64, ref32);
-}
-
-}  // namespace
+using namespace attnserve::test::indexer_gpu;
 
 // ---- paged ------------------------------------------------------------------------------------
 

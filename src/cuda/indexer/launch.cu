@@ -1,8 +1,11 @@
 // Front of the lightning indexer on CUDA (indexer.h): the checks only CUDA needs (alignment), the Params
-// of a call from the arguments and its plan (plan.h), and the launch of the plan's kernel (sm80 leaf).
+// of a call from the arguments and its plan (plan.h), and the launch of the plan's kernel (sm80 or sm90 leaf).
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/indexer/sm80/indexer_sm80.h"
+#ifdef ATTNSERVE_HAVE_SM90
+#include "cuda/indexer/sm90/indexer_sm90.h"
+#endif
 
 namespace attnserve::cuda {
 namespace {
@@ -36,6 +39,13 @@ Params common_params(const TensorView& q, const TensorView& w, const TensorView&
   return p;
 }
 
+void launch(const Params& p, const indexer::Plan& plan, Stream stream) {
+#ifdef ATTNSERVE_HAVE_SM90
+  if (indexer::is_sm90(plan.kernel)) return indexer::launch_sm90(p, plan, stream);
+#endif
+  indexer::launch_sm80(p, plan, stream);
+}
+
 }  // namespace
 
 void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
@@ -44,7 +54,7 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
   require_rows_aligned(op, "q", a.q, 16);
   require_rows_aligned(op, "k", a.k, 16);
   DeviceGuard guard(a.q.device);
-  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps());
+  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps(), indexer::op_tuning());
   Params p = common_params(a.q, a.weights, a.q_scale, a.logits, plan);
   p.k = a.k.ptr<const uint8_t>();
   p.k_row_stride = a.k.stride(0);
@@ -54,7 +64,7 @@ void indexer_ragged(const IndexerRaggedArgs& a, Workspace, Stream stream) {
   p.ks_stride = a.ks.stride(0);
   p.ke = a.ke.ptr<const int32_t>();
   p.ke_stride = a.ke.stride(0);
-  indexer::launch_sm80(p, plan, stream);
+  launch(p, plan, stream);
 }
 
 void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
@@ -64,7 +74,7 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
   ATTNSERVE_CHECK(aligned_to(a.index_k_cache.data, 16), op,
                   ": argument 'index_k_cache' needs a 16-byte aligned base on CUDA");
   DeviceGuard guard(a.q.device);
-  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps());
+  const indexer::Plan plan = indexer::make_plan(indexer::problem_of(a), current_device_caps(), indexer::op_tuning());
   Params p = common_params(a.q, a.weights, a.q_scale, a.logits, plan);
   p.pool = a.index_k_cache.ptr<const uint8_t>();
   p.num_pages = a.index_k_cache.size(0);
@@ -75,7 +85,7 @@ void indexer_paged(const IndexerPagedArgs& a, Workspace, Stream stream) {
   p.max_pages = a.page_table.size(1);
   p.seqlens = a.seqlens.ptr<const int32_t>();
   p.seqlens_stride = a.seqlens.stride(0);
-  indexer::launch_sm80(p, plan, stream);
+  launch(p, plan, stream);
 }
 
 }  // namespace attnserve::cuda

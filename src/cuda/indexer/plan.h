@@ -1,6 +1,7 @@
-// The plan of one lightning-indexer call (ragged or paged): the kernel variant, the query-row groups
-// that share a CTA's key fragments and the column blocks, made once from the shapes. Pure host code (g++
-// in every build), tested on the CPU (tests/cpu/test_op_plan_mla_sparse.cpp). No workspace.
+// The plan of one lightning-indexer call (ragged or paged): the kernel (portable sm80 or Hopper sm90), the
+// query-row groups that share a CTA's keys and the column blocks, made once from the shapes. Pure host code
+// (g++ in every build), tested on the CPU (tests/cpu/test_op_plan_mla_sparse.cpp,
+// tests/cpu/test_op_plan_indexer_sm90.cpp). No workspace.
 #pragma once
 #include <cstdint>
 
@@ -13,16 +14,28 @@ struct Problem {
   bool paged = false;  // indexer_paged (keys through a page table) or indexer_ragged
   int64_t rows = 0;    // query rows
   int heads = 0;
-  int64_t num_cols = 0;   // logits.size(1)
-  int next_n = 1;         // paged: query rows per request
-  int64_t page_size = 0;  // paged
-  bool q_scale = false;   // q_scale given (a compile-time switch of the kernel)
+  int64_t num_cols = 0;         // logits.size(1)
+  int next_n = 1;               // paged: query rows per request
+  int64_t page_size = 0;        // paged
+  bool q_scale = false;         // q_scale given (a compile-time switch of the kernel)
+  bool q_head_stride16 = true;  // q's head stride is a multiple of 16 bytes (the Hopper kernel's 16-byte copies)
   bool operator==(const Problem&) const = default;
 };
 Problem problem_of(const IndexerRaggedArgs& a);
 Problem problem_of(const IndexerPagedArgs& a);
 
-enum class Kernel : int { ragged = 0, ragged_q_scale = 1, paged = 2, paged_q_scale = 3 };
+enum class Kernel : int {
+  ragged = 0,  // portable (sm80/)
+  ragged_q_scale = 1,
+  paged = 2,
+  paged_q_scale = 3,
+  sm90_ragged = 4,  // Hopper FP8 wgmma (sm90/): 64 heads, paged next_n 1..4
+  sm90_ragged_q_scale = 5,
+  sm90_paged = 6,
+  sm90_paged_q_scale = 7,
+};
+const char* kernel_name(Kernel k);
+inline bool is_sm90(Kernel k) { return int(k) >= int(Kernel::sm90_ragged); }
 
 struct Plan {
   Problem problem;
@@ -34,7 +47,25 @@ struct Plan {
   int64_t ctas() const { return num_groups * col_blocks; }
 };
 
+// Which arch leaves this build carries (the Hopper kernel needs the sm_90a build); tests pass their own.
+struct Targets {
+  bool sm90a = false;
+  static Targets built();
+};
+
+// The Hopper kernel: -1 auto (chosen on sm_90 when built and it supports the call, pages of a multiple of 4
+// keys, unless the environment sets ATTNSERVE_INDEXER_SM90=0), 0 never, 1 whenever it supports the call.
+struct Tuning {
+  int sm90 = -1;
+};
+// The process-wide Tuning the ops (indexer_ragged / indexer_paged) plan with: tests and benchmarks only
+// (they force one kernel or the other); not thread-safe against concurrent calls.
+Tuning& op_tuning();
+
+// The Hopper kernel supports the problem on that device and build.
+bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t);
 Support can_implement(const Problem& p, const DeviceCaps& caps);
-Plan make_plan(const Problem& p, const DeviceCaps& caps);
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune = {},
+               const Targets& targets = Targets::built());
 
 }  // namespace attnserve::cuda::indexer

@@ -47,6 +47,7 @@ struct Wgmma;  // specializations in wgmma_ops.inc: ss<TA, TB>(d, desc_a, desc_b
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ATTNSERVE_SM90_DEVICE 1
+#include "wgmma_fp8_ops.inc"  // WgmmaFp8<N>: e4m3 x e4m3 -> f32, m64nNk32
 #include "wgmma_ops.inc"
 
 // Orders this thread's earlier register and shared-memory accesses before the warpgroup's next

@@ -245,6 +245,7 @@ void indexer::launch_sm80(const Params& p, const Plan& plan, Stream stream) {
     case Kernel::paged: indexer_kernel<true, false><<<grid, block, 0, s>>>(p); break;
     case Kernel::ragged_q_scale: indexer_kernel<false, true><<<grid, block, 0, s>>>(p); break;
     case Kernel::ragged: indexer_kernel<false, false><<<grid, block, 0, s>>>(p); break;
+    default: ATTNSERVE_CHECK(false, "indexer: launch_sm80 given a Hopper kernel"); return;
   }
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }

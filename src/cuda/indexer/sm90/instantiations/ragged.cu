@@ -1,0 +1,7 @@
+// The Hopper indexer, ragged (with and without q_scale).
+#include "cuda/indexer/sm90/launch_shape.cuh"
+
+namespace attnserve::cuda::indexer90 {
+template void launch_ragged<false>(const Params&, const indexer::Plan&, cudaStream_t);
+template void launch_ragged<true>(const Params&, const indexer::Plan&, cudaStream_t);
+}  // namespace attnserve::cuda::indexer90

@@ -1,0 +1,17 @@
+// The Hopper indexer's per-shape launchers, defined in launch_shape.cuh and instantiated one file per shape
+// in instantiations/ (parallel builds); indexer_sm90.cu dispatches to them.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/indexer/params.cuh"
+#include "cuda/indexer/plan.h"
+
+namespace attnserve::cuda::indexer90 {
+
+// Paged, next_n kNextN (1..4): 16-byte key copies when plan.key_vec16, else 4-byte ones.
+template <int kNextN, bool kQScale>
+void launch_paged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
+template <bool kQScale>
+void launch_ragged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
+
+}  // namespace attnserve::cuda::indexer90

@@ -1,0 +1,91 @@
+// The lightning indexer's choice of the Hopper kernel (src/cuda/indexer/plan.h) on fabricated devices:
+// chosen on sm_90 in an sm_90a build for 64 heads (paged next_n 1..4 with pages of a multiple of 4 keys,
+// ragged), its groups and column blocks; the portable kernel on an A100, without the sm_90a build, for
+// other head counts, next_n or odd page sizes, and when the tuning says never.
+#include <gtest/gtest.h>
+
+#include "cuda/indexer/plan.h"
+#include "cuda/indexer/sm80/config.h"
+#include "cuda/indexer/sm90/config.h"
+
+namespace attnserve {
+namespace {
+
+using cuda::indexer::Kernel;
+using cuda::indexer::make_plan;
+using cuda::indexer::Problem;
+using cuda::indexer::Targets;
+using cuda::indexer::Tuning;
+
+const DeviceCaps kH200{.num_sms = 132, .smem_per_block = 227 * 1024, .arch = 90};
+const DeviceCaps kA100{.num_sms = 108, .smem_per_block = 163 * 1024, .arch = 80};
+const Targets kSm90a{.sm90a = true};
+
+Problem paged(int next_n, int64_t page_size = 64, int heads = 64, bool q_scale = false) {
+  return Problem{.paged = true,
+                 .rows = 128 * next_n,
+                 .heads = heads,
+                 .num_cols = 32768,
+                 .next_n = next_n,
+                 .page_size = page_size,
+                 .q_scale = q_scale};
+}
+
+TEST(OpPlanIndexerSm90, PagedNextN1To4On64HeadsTakesTheHopperKernel) {
+  for (int next_n = 1; next_n <= 4; ++next_n) {
+    const auto plan = make_plan(paged(next_n), kH200, {}, kSm90a);
+    EXPECT_EQ(plan.kernel, Kernel::sm90_paged) << next_n;
+    EXPECT_TRUE(cuda::indexer::is_sm90(plan.kernel));
+    EXPECT_EQ(plan.rows_per_group, next_n);
+    EXPECT_EQ(plan.num_groups, 128);
+    EXPECT_EQ(plan.col_blocks, 32768 / cuda::indexer90::kColsPerCta);
+    EXPECT_TRUE(plan.key_vec16);
+  }
+  EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, {}, kSm90a).kernel, Kernel::sm90_paged_q_scale);
+  // Pages of 5 keys break 16-byte alignment: the portable kernel by default (measured faster there), the
+  // Hopper kernel's 4-byte key copies when forced.
+  EXPECT_EQ(make_plan(paged(1, 5), kH200, {}, kSm90a).kernel, Kernel::paged);
+  EXPECT_EQ(make_plan(paged(1, 1), kH200, {}, kSm90a).kernel, Kernel::paged);
+  const auto odd_pages = make_plan(paged(1, 5), kH200, Tuning{.sm90 = 1}, kSm90a);
+  EXPECT_EQ(odd_pages.kernel, Kernel::sm90_paged);
+  EXPECT_FALSE(odd_pages.key_vec16);
+  EXPECT_STREQ(cuda::indexer::kernel_name(odd_pages.kernel), "sm90_paged");
+  EXPECT_EQ(make_plan(paged(3, 16), kH200, {}, kSm90a).kernel, Kernel::sm90_paged);
+}
+
+TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {
+  const auto plan = make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, {}, kSm90a);
+  EXPECT_EQ(plan.kernel, Kernel::sm90_ragged);
+  EXPECT_EQ(plan.rows_per_group, cuda::indexer90::kRaggedRows);
+  EXPECT_EQ(plan.num_groups, 3);
+  EXPECT_EQ(plan.col_blocks, 1);
+  EXPECT_EQ(make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200, {}, kSm90a).kernel,
+            Kernel::sm90_ragged_q_scale);
+}
+
+TEST(OpPlanIndexerSm90, PortableWhereTheHopperKernelDoesNotApply) {
+  EXPECT_EQ(make_plan(paged(1), kA100, {}, kSm90a).kernel, Kernel::paged);          // not sm_90
+  EXPECT_EQ(make_plan(paged(1), kH200, {}, Targets{}).kernel, Kernel::paged);       // no sm_90a build
+  EXPECT_EQ(make_plan(paged(5), kH200, {}, kSm90a).kernel, Kernel::paged);          // next_n > 4
+  EXPECT_EQ(make_plan(paged(1, 64, 32), kH200, {}, kSm90a).kernel, Kernel::paged);  // 32 heads
+  EXPECT_EQ(make_plan(paged(1), kH200, Tuning{.sm90 = 0}, kSm90a).kernel, Kernel::paged);
+  EXPECT_EQ(make_plan(paged(1), kH200, Tuning{.sm90 = 1}, kSm90a).kernel, Kernel::sm90_paged);
+  Problem strided = paged(1);
+  strided.q_head_stride16 = false;  // 16-byte q copies impossible
+  EXPECT_EQ(make_plan(strided, kH200, {}, kSm90a).kernel, Kernel::paged);
+  const DeviceCaps small_smem{.num_sms = 132, .smem_per_block = 48 * 1024, .arch = 90};
+  EXPECT_EQ(make_plan(paged(4), small_smem, {}, kSm90a).kernel, Kernel::paged);
+  // The portable plan's groups and blocks are unchanged by the choice.
+  const auto p = make_plan(paged(2), kA100, {}, kSm90a);
+  EXPECT_EQ(p.col_blocks, 32768 / cuda::indexer::kColsPerCta);
+}
+
+TEST(OpPlanIndexerSm90, SharedMemoryFitsTwoCtasPerSmWhereRegistersAllow) {
+  using cuda::indexer90::smem_bytes;
+  EXPECT_LE(2 * smem_bytes(cuda::indexer90::paged_shape(2)), std::size_t(227 * 1024));
+  EXPECT_LE(2 * smem_bytes(cuda::indexer90::ragged_shape()), std::size_t(227 * 1024));
+  EXPECT_LE(smem_bytes(cuda::indexer90::paged_shape(4)), std::size_t(227 * 1024));
+}
+
+}  // namespace
+}  // namespace attnserve

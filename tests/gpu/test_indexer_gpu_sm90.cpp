@@ -1,0 +1,144 @@
+// The Hopper lightning-indexer kernel (src/cuda/indexer/sm90, FP8 wgmma), forced, against the CPU oracle
+// and brute force (indexer_gpu_cases.h: tolerance rule with the FP8-MMA accumulation model as the
+// same-precision reference, exact -inf positions, nothing unwritten, two runs bit-identical): paged
+// next_n 1..4 x page sizes 1 / 5 / 64 (16- and 4-byte key copies), short and zero-length requests, long
+// contexts (many CTAs and ring wrap-arounds), page ids outside the pool, ragged random and causal windows
+// with a partial last row group, and q_scale equal to the weights with the scale folded in.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "attnserve/ops/indexer.h"
+#include "cpu/test_indexer_util.h"
+#include "indexer_gpu_cases.h"
+#include "test_sparse_gpu_util.h"
+
+using namespace attnserve;
+using namespace attnserve::test;
+using namespace attnserve::test::dsa_gpu;
+using namespace attnserve::test::indexer_gpu;
+
+namespace {
+
+class IndexerSm90Paged : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(IndexerSm90Paged, CausalRowsMatchCpu) {
+  INDEXER_REQUIRE_SM90();
+  const auto [next_n, page_size] = GetParam();
+  auto g = rng_for_test();
+  std::uniform_int_distribution<int> len(next_n, 1500);
+  // last_page_partial (random lengths), a request ending on a stage boundary, one spanning two CTAs.
+  run_paged_case({.seqlens = {len(g), 128, len(g), 2100}, .next_n = next_n, .page_size = page_size}, g, -1,
+                 Math::fp8_mma);
+}
+
+INSTANTIATE_TEST_SUITE_P(Indexer, IndexerSm90Paged,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Values(1, 5, 64)),
+                         [](const auto& info) {
+                           return "next_n_" + std::to_string(std::get<0>(info.param)) + "_page_size_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(IndexerSm90PagedEdge, ZeroLenKvShortRequestsAndNothingVisible) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {0, 1, 3}, .next_n = 1, .page_size = 4}, g, -1, Math::fp8_mma);  // zero_len_kv
+  run_paged_case({.seqlens = {0, 3, 6}, .next_n = 3, .page_size = 2}, g, -1, Math::fp8_mma);  // exactly next_n keys
+  run_paged_case({.seqlens = {0, 0}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);    // nothing visible
+}
+
+TEST(IndexerSm90PagedEdge, WideLogitsTrailingColumnsAreNegInf) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {100, 33}, .next_n = 1, .page_size = 16, .extra_cols = 3000}, g, -1, Math::fp8_mma);
+}
+
+TEST(IndexerSm90PagedEdge, LongContext) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {20000}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);
+}
+
+TEST(IndexerSm90PagedEdge, PageIdsOutsideThePoolAreSkipped) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  run_paged_case({.seqlens = {500, 300}, .next_n = 1, .page_size = 64}, g, 2, Math::fp8_mma);  // page 2: 1 << 30
+  run_paged_case({.seqlens = {500, 300}, .next_n = 2, .page_size = 5}, g, 3, Math::fp8_mma);   // page 3: -1
+}
+
+TEST(IndexerSm90Ragged, RandomWindowsMatchCpu) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);  // 37 rows: a last group of 1 row
+}
+
+// Prefill of two requests packed in one key buffer (causal), an empty window, the whole buffer, the last key.
+TEST(IndexerSm90Ragged, CausalPrefillWindows) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  std::vector<std::pair<int, int>> w;
+  for (int t = 0; t < 40; ++t) w.push_back({0, 1100 + t + 1});     // request 0: keys [0, 1140), last 40 rows
+  for (int t = 0; t < 23; ++t) w.push_back({1140, 1140 + 7 + t});  // request 1: keys [1140, 1170)
+  w.push_back({5, 5});
+  w.push_back({0, 1170});
+  w.push_back({1169, 1170});
+  run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma);
+}
+
+// q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply).
+TEST(IndexerSm90QScale, EqualsWeightsWithTheScaleFoldedIn) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  const int64_t heads = 64;
+  const std::vector<int> seqlens = {1700, 65, 1};
+  const int page_size = 64, next_n = 2, max_context = 1712;
+  IndexKeyPool kp(seqlens, page_size, 28, g);
+  const int64_t rows = 6;
+  HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g), qs = random_q_scale(rows, heads, g);
+  HostTensor sl(DType::i32, {3}), logits(DType::f32, {rows, max_context});
+  for (int r = 0; r < 3; ++r) sl.ptr<int32_t>()[r] = seqlens[size_t(r)];
+  const HostTensor wq = times(w, qs);
+  const IndexerPagedArgs with{.q = q.view,
+                              .weights = w.view,
+                              .index_k_cache = kp.pool.view,
+                              .page_table = kp.page_table.view,
+                              .seqlens = sl.view,
+                              .logits = logits.view,
+                              .page_size = page_size,
+                              .next_n = next_n,
+                              .q_scale = qs.view};
+  IndexerPagedArgs folded = with;
+  folded.weights = wq.view, folded.q_scale = {};
+  const HostTensor a = run_paged_gpu(with, logits, nullptr, Math::fp8_mma),
+                   b = run_paged_gpu(folded, logits, nullptr, Math::fp8_mma);
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_EQ(count_nan(to_doubles(a)), 0);
+}
+
+// The model of the FP8 accumulation is a real bound, not a blank cheque: the Hopper kernel's error is far
+// below what a wrong head, key or scale would give (every error above ~1e-3 would be a bug), and the model's
+// own error is far above fp32's (so the base is the FP8 accumulation, as documented).
+TEST(IndexerSm90Model, AccumulationModelErrorIsSmallButAboveFp32) {
+  auto g = rng_for_test();
+  HostTensor q = random_fp8_q(4, 64, g), w = random_weights(4, 64, g);
+  const std::vector<float> qf = to_floats(q), wf = to_floats(w);
+  double num = 0, den = 0, num32 = 0;
+  for (int j = 0; j < 200; ++j) {
+    const QuantizedKey key = random_key(g);
+    const std::vector<float> k = decode_key(key.bytes);
+    for (int r = 0; r < 4; ++r) {
+      const double ref =
+          reference_score<double>(qf.data() + r * 64 * kIdxDim, wf.data() + r * 64, 64, k.data(), key.scale);
+      const double m = fp8_mma_score(qf.data() + r * 64 * kIdxDim, wf.data() + r * 64, 64, k.data(), key.scale);
+      const double f =
+          reference_score<float>(qf.data() + r * 64 * kIdxDim, wf.data() + r * 64, 64, k.data(), key.scale);
+      num += (m - ref) * (m - ref), num32 += (f - ref) * (f - ref), den += ref * ref;
+    }
+  }
+  const double model = std::sqrt(num / den), fp32 = std::sqrt(num32 / den);
+  std::printf("[indexer fp8 mma] model rel_l2 %.3g, float32 loop %.3g\n", model, fp32);
+  EXPECT_LT(model, 1e-3);
+  EXPECT_GT(model, 4 * fp32);
+}
+
+}  // namespace
