@@ -2,7 +2,7 @@
 // of many after warm-up, score sets rotated beyond the 60 MB L2. Targets (issue 16) and sglang's
 // same-run figures (shared/ANCHORS.md, N(0, 1) scores) are in the notes of each case. Cases without a
 // tag run the plan's default kernel (topk_op::kDefaultSampled); " [v2]" (the session-3 sampled kernel,
-// 7a32edf), " [v3]" and " [global]" force one for an A/B in the same process.
+// 7a32edf), " [v3]", " [v4]" and " [global]" force one, " [N threads]" the CTA size, for A/Bs in one process.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -46,6 +46,7 @@ const char* path_name(cuda::TopkPath path) {
     case cuda::TopkPath::global: return " [global]";
     case cuda::TopkPath::sampled: return " [v2]";
     case cuda::TopkPath::sampled_v3: return " [v3]";
+    case cuda::TopkPath::sampled_v4: return " [v4]";
     case cuda::TopkPath::sampled_prefetch: return " [prefetch]";
     case cuda::TopkPath::sampled_match_any: return " [match_any]";
     default: return "";
@@ -99,17 +100,19 @@ void bench_empty_launch() {
 
 void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer,
                 Fill fill = Fill::uniform, cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0,
-                bool host_too = false) {
+                bool host_too = false, int threads = 0) {
   const std::string name = "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " +
                            std::to_string(rows) + " rows" + (transform == TopkTransform::decode ? " +decode" : "") +
                            (fill == Fill::normal   ? " normal"
                             : fill == Fill::ties16 ? " ties16"
                                                    : "") +
                            path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string()) +
-                           (host_too ? " [host+device]" : "");
+                           (host_too ? " [host+device]" : "") +
+                           (threads ? " [" + std::to_string(threads) + " threads]" : std::string());
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
+  cuda::set_topk_threads(threads);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -141,6 +144,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   report(name, us, 0, double(set_bytes), peer);
   cuda::set_topk_path(cuda::TopkPath::automatic);
   cuda::set_topk_debug_stop(0);
+  cuda::set_topk_threads(0);
 }
 
 }  // namespace
@@ -177,15 +181,31 @@ int main(int argc, char** argv) try {
   bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", normal);
   bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::sampled);
   bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::global);
-  // Phases of the default kernel (cumulative time up to the end of phase n; 1 = launch + row set-up):
-  // 2 sample loaded, 3 threshold found (rows <= 4096: loaded whole), 4 row filtered into shared memory,
-  // 5 candidates selected.
-  for (int stop = 1; stop <= 5; ++stop) {
-    if (stop != 2) bench_case(1, 4 << 10, 2048, none, "phase", normal, P::automatic, stop);
-    bench_case(1, 64 << 10, 2048, none, "phase", normal, P::automatic, stop);
-    bench_case(128, 64 << 10, 2048, none, "phase", normal, P::automatic, stop);
-    if (stop != 2) bench_case(8192, 4 << 10, 2048, none, "phase", normal, P::automatic, stop);
-  }
+  // v4 (quad-wide shared-memory loops) beside the default, and the CTA size for rows that each get an SM.
+  bench_case(128, 64 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::sampled_v4);
+  bench_case(128, 16 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(1, 64 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(128, 128 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(4096, 8 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  for (const P path : {P::sampled_v3, P::sampled_v4})
+    for (const int threads : {256, 1024}) {
+      bench_case(1, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(1, 8 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(32, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(128, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(128, 8 << 10, 512, none, "A/B", normal, path, 0, false, threads);
+    }
+  // Phases (cumulative time up to the end of phase n; 1 = launch + row set-up): 2 sample loaded,
+  // 3 threshold found (rows <= 4096: loaded whole), 4 row filtered into shared memory, 5 candidates selected.
+  for (const P path : {P::automatic, P::sampled_v4})
+    for (int stop = 1; stop <= 5; ++stop) {
+      if (stop != 2) bench_case(1, 4 << 10, 2048, none, "phase", normal, path, stop);
+      bench_case(1, 64 << 10, 2048, none, "phase", normal, path, stop);
+      bench_case(128, 64 << 10, 2048, none, "phase", normal, path, stop);
+      if (stop != 2) bench_case(8192, 4 << 10, 2048, none, "phase", normal, path, stop);
+    }
   // The old timing (host's cost counted), as session 3 measured.
   for (const P path : {P::automatic, P::sampled}) {
     bench_case(1, 4 << 10, 2048, none, "session 3's method", normal, path, 0, true);

@@ -42,7 +42,7 @@ TEST(TopkPlan, DefaultIsTheSampledKernelWhereItsSharedMemoryFits) {
 }
 
 TEST(TopkPlan, ForcedChoiceAndItsFallback) {
-  for (const Select s : {Select::global, Select::sampled, Select::sampled_v3})
+  for (const Select s : {Select::global, Select::sampled, Select::sampled_v3, Select::sampled_v4})
     for (const auto& prob : {kShort, kLong}) {
       const auto plan = make_plan(prob, kH200, Tuning{.select = s});
       EXPECT_EQ(plan.select, s) << select_name(s);
@@ -60,6 +60,16 @@ TEST(TopkPlan, ThreadsFollowTheWidthNotTheAlgorithm) {
     EXPECT_EQ(make_plan({.rows = 1, .width = 8193, .k = 16}, kH200, {.select = s}).threads, 1024);
   }
   EXPECT_EQ(workspace_size(make_plan(kLong, kH200)), 0u);
+}
+
+TEST(TopkPlan, ForcedThreadsAndTheirSharedMemory) {
+  const auto wide_short = make_plan(kShort, kH200, {.threads = 1024});
+  EXPECT_EQ(wide_short.threads, 1024);
+  EXPECT_EQ(wide_short.kernel, cuda::topk_op::Kernel::rows_1024);
+  EXPECT_EQ(wide_short.smem, cuda::topk_op::sampled_smem_bytes(1024));
+  EXPECT_EQ(make_plan(kLong, kH200, {.threads = 256}).threads, 256);
+  EXPECT_EQ(make_plan(kLong, kH200, {.threads = 512}).threads, 1024);  // not a kernel size: the plan's
+  EXPECT_EQ(make_plan(kShort, kSmall, {.threads = 1024}).select, Select::global);  // 152 KB > 100 KB
 }
 
 }  // namespace

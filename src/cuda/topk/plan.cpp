@@ -15,6 +15,7 @@ const char* select_name(Select s) {
     case Select::global: return "global";
     case Select::sampled: return "sampled";
     case Select::sampled_v3: return "sampled_v3";
+    case Select::sampled_v4: return "sampled_v4";
   }
   return "?";
 }
@@ -32,6 +33,8 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
   c.problem = p;
   // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM.
   c.kernel = p.width > kLongRow ? Kernel::rows_1024 : Kernel::rows_256;
+  if (tune.threads == 256 || tune.threads == 1024)
+    c.kernel = tune.threads == 1024 ? Kernel::rows_1024 : Kernel::rows_256;
   c.threads = c.kernel == Kernel::rows_1024 ? 1024 : 256;
   // The sampled kernels read the row once (the global one up to 5 times) but need their candidates'
   // shared memory; a device without it gets the global kernel.

@@ -31,6 +31,7 @@ enum class Select : int {
   global = 1,      // topk_radix_global.cuh: radix select streaming the row, up to 5 reads of it
   sampled = 2,     // topk_sampled.cuh (session 3, 7a32edf, measured): one read, candidates in shared memory
   sampled_v3 = 3,  // topk_sampled_v3.cuh: the same algorithm, fewer instructions per value and candidate
+  sampled_v4 = 4,  // topk_sampled_v4.cuh: v3 with the shared-memory candidate loops on 16-byte quads
 };
 const char* select_name(Select s);
 // The sampled kernel the plan picks when nothing is forced.
@@ -57,6 +58,7 @@ struct Plan {
 // kernel forced on a device without its shared memory still gets the global one.
 struct Tuning {
   Select select = Select::automatic;
+  int threads = 0;  // 256 or 1024 forces the CTA size; 0 keeps the plan's
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

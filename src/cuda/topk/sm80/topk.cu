@@ -3,10 +3,11 @@
 // [0, len) is a candidate, ties at the k-th value -> the lower position.
 //
 // One CTA per row (grid = rows: fixed by the scores' shape, graph safe, no host sync, no workspace).
-// Three kernels, all exact for any input; the plan (cuda/topk/plan.h) picks one:
+// Four kernels, all exact for any input; the plan (cuda/topk/plan.h) picks one:
 //   topk_sampled_v3.cuh     one read of the row: sampled threshold, candidates in shared memory, radix
 //                           select there; rows it cannot bound (adversarial) go to the global path inside
-//                           the same CTA (kDefaultSampled);
+//                           the same CTA;
+//   topk_sampled_v4.cuh     v3 with its shared-memory candidate loops on 16-byte quads;
 //   topk_sampled.cuh        the same algorithm, session 3's measured version (7a32edf);
 //   topk_radix_global.cuh   radix select streaming the row from L2/HBM on every pass (up to 5 reads).
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include "cuda/topk/sm80/topk_path.h"
 #include "cuda/topk/sm80/topk_sampled.cuh"
 #include "cuda/topk/sm80/topk_sampled_v3.cuh"
+#include "cuda/topk/sm80/topk_sampled_v4.cuh"
 
 namespace attnserve::cuda {
 namespace {
@@ -27,11 +29,14 @@ using topk_detail::TopkParams;
 
 TopkPath g_topk_path = TopkPath::automatic;
 int g_debug_stop = 0;
+int g_threads = 0;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>) &&
                   sizeof(topk_detail::SampledSmem<1024>) == sizeof(topk_detail::v3::SampledSmem<1024>) &&
-                  sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v3::SampledSmem<256>),
+                  sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v3::SampledSmem<256>) &&
+                  sizeof(topk_detail::SampledSmem<1024>) == sizeof(topk_detail::v4::SampledSmem<1024>) &&
+                  sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v4::SampledSmem<256>),
               "the plan's shared-memory count (plan.h) must match the kernels'");
 
 // The dynamic shared memory attribute is set once per kernel (a template argument: the kernels share one
@@ -50,6 +55,9 @@ template <int kThreads>
 void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaStream_t s) {
   constexpr int kUnroll = 4;
   switch (plan.select) {
+    case topk_op::Select::sampled_v4:
+      launch_with_smem<topk_detail::v4::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
+      break;
     case topk_op::Select::sampled_v3:
       launch_with_smem<topk_detail::v3::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
       break;
@@ -67,8 +75,14 @@ topk_op::Tuning tuning_of(TopkPath path) {
     case TopkPath::sampled_prefetch:
     case TopkPath::sampled_match_any: return {.select = topk_op::Select::sampled};
     case TopkPath::sampled_v3: return {.select = topk_op::Select::sampled_v3};
+    case TopkPath::sampled_v4: return {.select = topk_op::Select::sampled_v4};
     default: return {};
   }
+}
+topk_op::Tuning tuning_of(TopkPath path, int threads) {
+  topk_op::Tuning t = tuning_of(path);
+  t.threads = threads;
+  return t;
 }
 
 }  // namespace
@@ -76,6 +90,7 @@ topk_op::Tuning tuning_of(TopkPath path) {
 void set_topk_path(TopkPath path) { g_topk_path = path; }
 TopkPath topk_path() { return g_topk_path; }
 void set_topk_debug_stop(int stop) { g_debug_stop = stop; }
+void set_topk_threads(int threads) { g_threads = threads; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -85,7 +100,8 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
-  const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps(), tuning_of(g_topk_path));
+  const topk_op::Plan plan =
+      topk_op::make_plan(topk_op::problem_of(a), current_device_caps(), tuning_of(g_topk_path, g_threads));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
