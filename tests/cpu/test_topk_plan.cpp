@@ -34,6 +34,10 @@ TEST(TopkPlan, DefaultIsTheSampledKernelWhereItsSharedMemoryFits) {
       EXPECT_EQ(plan.smem, cuda::topk_op::sampled_smem_bytes(plan.threads));
     }
   EXPECT_EQ(make_plan(kShort, kSmall).select, kDefaultSampled);
+  // Lone whole rows would take 1024 threads, whose 152 KB do not fit: 256 threads keep the sampled kernel.
+  const auto small_lone = make_plan({.rows = 8, .width = 4096, .k = 2048}, kSmall);
+  EXPECT_EQ(small_lone.select, kDefaultSampled);
+  EXPECT_EQ(small_lone.threads, 256);
   const auto small_long = make_plan(kLong, kSmall);  // 152 KB > 100 KB
   EXPECT_EQ(small_long.select, Select::global);
   EXPECT_EQ(small_long.smem, 0u);
@@ -54,11 +58,19 @@ TEST(TopkPlan, ForcedChoiceAndItsFallback) {
   EXPECT_EQ(make_plan(kShort, kSmall, Tuning{.select = Select::sampled}).select, Select::sampled);
 }
 
-TEST(TopkPlan, ThreadsFollowTheWidthNotTheAlgorithm) {
+TEST(TopkPlan, ThreadsFollowTheShapeNotTheAlgorithm) {
   for (const Select s : {Select::automatic, Select::global, Select::sampled_v3}) {
     EXPECT_EQ(make_plan({.rows = 1, .width = 8192, .k = 16}, kH200, {.select = s}).threads, 256);
     EXPECT_EQ(make_plan({.rows = 1, .width = 8193, .k = 16}, kH200, {.select = s}).threads, 1024);
+    // Whole rows that each get an SM: 1024 threads; more rows than SMs: 256, several per SM.
+    EXPECT_EQ(make_plan({.rows = 1, .width = 4096, .k = 2048}, kH200, {.select = s}).threads, 1024);
+    EXPECT_EQ(make_plan({.rows = 132, .width = 4096, .k = 2048}, kH200, {.select = s}).threads, 1024);
+    EXPECT_EQ(make_plan({.rows = 133, .width = 4096, .k = 2048}, kH200, {.select = s}).threads, 256);
+    EXPECT_EQ(make_plan({.rows = 108, .width = 4096, .k = 2048}, kA100, {.select = s}).threads, 1024);
+    EXPECT_EQ(make_plan({.rows = 109, .width = 4096, .k = 2048}, kA100, {.select = s}).threads, 256);
+    EXPECT_EQ(make_plan({.rows = 1, .width = 4097, .k = 2048}, kH200, {.select = s}).threads, 256);
   }
+  EXPECT_EQ(make_plan(kShort, kH200).threads, 256);  // 8192 prefill rows
   EXPECT_EQ(workspace_size(make_plan(kLong, kH200)), 0u);
 }
 
@@ -68,7 +80,7 @@ TEST(TopkPlan, ForcedThreadsAndTheirSharedMemory) {
   EXPECT_EQ(wide_short.kernel, cuda::topk_op::Kernel::rows_1024);
   EXPECT_EQ(wide_short.smem, cuda::topk_op::sampled_smem_bytes(1024));
   EXPECT_EQ(make_plan(kLong, kH200, {.threads = 256}).threads, 256);
-  EXPECT_EQ(make_plan(kLong, kH200, {.threads = 512}).threads, 1024);  // not a kernel size: the plan's
+  EXPECT_EQ(make_plan(kLong, kH200, {.threads = 512}).threads, 1024);              // not a kernel size: the plan's
   EXPECT_EQ(make_plan(kShort, kSmall, {.threads = 1024}).select, Select::global);  // 152 KB > 100 KB
 }
 

@@ -31,8 +31,14 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
   ATTNSERVE_CHECK(s.ok(), s.reason);
   Plan c;
   c.problem = p;
-  // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM.
-  c.kernel = p.width > kLongRow ? Kernel::rows_1024 : Kernel::rows_256;
+  // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM. Whole
+  // rows (<= kWholeRow) that each get an SM anyway (rows <= SMs) take 1024 threads: 4x shorter per-warp
+  // chains in the shared-memory select and emit (4d5707c, v4: 1 x 4K 12.6 -> 10.0 us, 128 x 4K 13.2 -> 10.6;
+  // rows of 8K with k 512 gained nothing, 15.2 -> 15.5, so the sampled regime keeps 256).
+  // (Only where the 1024-thread sampled kernel's shared memory fits: else 256 keeps the sampled kernel.)
+  const bool lone_whole_rows = p.width <= kWholeRow && p.rows <= int64_t(caps.num_sms) &&
+                               std::size_t(caps.smem_per_block) >= sampled_smem_bytes(1024);
+  c.kernel = p.width > kLongRow || lone_whole_rows ? Kernel::rows_1024 : Kernel::rows_256;
   if (tune.threads == 256 || tune.threads == 1024)
     c.kernel = tune.threads == 1024 ? Kernel::rows_1024 : Kernel::rows_256;
   c.threads = c.kernel == Kernel::rows_1024 ? 1024 : 256;

@@ -21,9 +21,11 @@ Problem problem_of(const TopkArgs& a);
 
 enum class Kernel : int {
   rows_256 = 0,   // one 256-thread CTA per row: short rows, several rows share an SM
-  rows_1024 = 1,  // one 1024-thread CTA per row: long rows (> kLongRow positions)
+  rows_1024 = 1,  // one 1024-thread CTA per row: long rows (> kLongRow positions), or whole rows (<= kWholeRow)
+                  // that each get an SM of their own (rows <= SMs)
 };
 constexpr int64_t kLongRow = 8192;
+constexpr int64_t kWholeRow = 4096;  // the sampled kernels load rows up to this length whole
 
 // The algorithm (src/cuda/topk/sm80/). Every one is exact for any input.
 enum class Select : int {
@@ -34,8 +36,10 @@ enum class Select : int {
   sampled_v4 = 4,  // topk_sampled_v4.cuh: v3 with the shared-memory candidate loops on 16-byte quads
 };
 const char* select_name(Select s);
-// The sampled kernel the plan picks when nothing is forced.
-constexpr Select kDefaultSampled = Select::sampled_v3;
+// The sampled kernel the plan picks when nothing is forced: v4, as fast as v3 or faster on every
+// ordinary shape measured (4d5707c: 8192 x 4K 205 vs 232 us, 128 x 16K 16.9 vs 17.6; 128 x 64K equal),
+// 4 % slower on the adversarial ties16 rows (32.8 vs 31.6).
+constexpr Select kDefaultSampled = Select::sampled_v4;
 
 // Shared memory of the sampled kernels at `threads` per CTA (both versions: SampledSmem): per warp
 // 528 candidates of 8 bytes, the 4096-bin histogram, per-warp scratch and the bin pick, 16-byte
