@@ -1,11 +1,19 @@
 // Top-k speed (a benchmark, not a test): exact top-k of float rows on the GPU, CUDA events, median
 // of many after warm-up, score sets rotated beyond the 60 MB L2. Targets (issue 16) and sglang's
-// same-run figures (shared/ANCHORS.md, N(0, 1) scores) are in the notes of each case; " [global]" cases
-// force the multi-pass kernel for an A/B in the same process.
+// same-run figures (shared/ANCHORS.md, N(0, 1) scores) are in the notes of each case. Cases without a
+// tag run the plan's default kernel (topk_op::kDefaultSampled); " [v2]" (the session-3 sampled kernel,
+// 7a32edf), " [v3]", " [v4]" and " [global]" force one, " [N threads]" the CTA size, for A/Bs in one process.
+// Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
+// call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
+// of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
+// the call with the GPU idle: the host's cost counted), for comparison with session 3's figures.
 // GB/s counts the scores read once (the floor: rows * len * 4 bytes at the copy ceiling).
 //
 // Usage: bench_topk [--quick] [filter-substring]
+#include <algorithm>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "bench_sparse_util.cuh"
 #include "cuda/topk/sm80/topk_path.h"
@@ -36,24 +44,75 @@ __global__ void fill_ties16_kernel(float* p, std::size_t n, uint32_t seed) {
 const char* path_name(cuda::TopkPath path) {
   switch (path) {
     case cuda::TopkPath::global: return " [global]";
-    case cuda::TopkPath::sampled: return " [sampled]";
+    case cuda::TopkPath::sampled: return " [v2]";
+    case cuda::TopkPath::sampled_v3: return " [v3]";
+    case cuda::TopkPath::sampled_v4: return " [v4]";
     case cuda::TopkPath::sampled_prefetch: return " [prefetch]";
     case cuda::TopkPath::sampled_match_any: return " [match_any]";
     default: return "";
   }
 }
 
+// One thread spinning ~`cycles` SM clocks: the GPU stays busy while the host enqueues the timed call.
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+__global__ void empty_kernel() {}
+
+// Median device time (us) of fn(i): spin, start event, fn, end event, per rep (bench_timing.py's method).
+double device_median_us(const std::function<void(int)>& fn, int warm = 3, int reps = 30) {
+  if (g_quick) reps = std::min(reps, 8);
+  for (int i = 0; i < warm; ++i) fn(i);
+  DSA_CK(cudaDeviceSynchronize());
+  constexpr long long kSpinCycles = 100000;  // ~50 us at the H200's ~2 GHz: > 10x the host's cost per call
+  std::vector<cudaEvent_t> a(static_cast<std::size_t>(reps)), b(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    DSA_CK(cudaEventCreate(&a[std::size_t(i)]));
+    DSA_CK(cudaEventCreate(&b[std::size_t(i)]));
+  }
+  for (int i = 0; i < reps; ++i) {
+    spin_kernel<<<1, 1>>>(kSpinCycles);
+    DSA_CK(cudaEventRecord(a[std::size_t(i)]));
+    fn(warm + i);
+    DSA_CK(cudaEventRecord(b[std::size_t(i)]));
+  }
+  DSA_CK(cudaDeviceSynchronize());
+  std::vector<double> v;
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    DSA_CK(cudaEventElapsedTime(&ms, a[std::size_t(i)], b[std::size_t(i)]));
+    v.push_back(ms * 1000.0);
+    cudaEventDestroy(a[std::size_t(i)]);
+    cudaEventDestroy(b[std::size_t(i)]);
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The timing floor of both methods: an empty kernel (one warp), and the same with the host's cost counted.
+void bench_empty_launch() {
+  if (!selected("empty launch")) return;
+  report("empty launch (device time)", device_median_us([](int) { empty_kernel<<<1, 32>>>(); }), 0, 0, "the floor");
+  report("empty launch [host+device]", median_us([](int) { empty_kernel<<<1, 32>>>(); }, 3, 30), 0, 0, "");
+}
+
 void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer,
-                Fill fill = Fill::uniform, cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0) {
+                Fill fill = Fill::uniform, cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0,
+                bool host_too = false, int threads = 0) {
   const std::string name = "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " +
                            std::to_string(rows) + " rows" + (transform == TopkTransform::decode ? " +decode" : "") +
                            (fill == Fill::normal   ? " normal"
                             : fill == Fill::ties16 ? " ties16"
                                                    : "") +
-                           path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string());
+                           path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string()) +
+                           (host_too ? " [host+device]" : "") +
+                           (threads ? " [" + std::to_string(threads) + " threads]" : std::string());
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
+  cuda::set_topk_threads(threads);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -76,16 +135,16 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   }
   const std::size_t ws_bytes = topk_workspace_size(a, query_device_caps(Device::cuda()));
   Buffer ws(std::max<std::size_t>(ws_bytes, 16), Device::cuda());
-  const double us = median_us(
-      [&](int i) {
-        TopkArgs r = a;
-        r.scores.data = static_cast<float*>(scores.data()) + std::size_t(i % sets) * rows * width;
-        topk(r, Workspace{ws.data(), ws.bytes()}, {});
-      },
-      3, 30);
+  const auto call = [&](int i) {
+    TopkArgs r = a;
+    r.scores.data = static_cast<float*>(scores.data()) + std::size_t(i % sets) * rows * width;
+    topk(r, Workspace{ws.data(), ws.bytes()}, {});
+  };
+  const double us = host_too ? median_us(call, 3, 30) : device_median_us(call, 3, 30);
   report(name, us, 0, double(set_bytes), peer);
   cuda::set_topk_path(cuda::TopkPath::automatic);
   cuda::set_topk_debug_stop(0);
+  cuda::set_topk_threads(0);
 }
 
 }  // namespace
@@ -94,44 +153,65 @@ int main(int argc, char** argv) try {
   if (!bench_start(argc, argv, "== bench_topk (median of 30, scores rotated over > 2x L2)")) return 0;
   using P = cuda::TopkPath;
   const TopkTransform none = TopkTransform::none;
+  const Fill normal = Fill::normal;
+  bench_empty_launch();
   // Issue 16 targets: 128 x 64K <= 20 us, 1 x 64K <= 15, 128 x 128K <= 40, 8K x 4096 rows <= 150.
   bench_case(128, 64 << 10, 2048, none, "target <= 20 us; sglang 43.6 us (ANCHORS, normal)");
-  bench_case(128, 64 << 10, 2048, none, "A/B: the multi-pass kernel", Fill::uniform, P::global);
-  bench_case(128, 64 << 10, 2048, none, "repeat (spread)");
-  bench_case(128, 64 << 10, 2048, none, "sglang 43.6 us", Fill::normal);
-  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(128, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_prefetch);
-  bench_case(128, 64 << 10, 2048, TopkTransform::decode, "fused slot transform; sglang 46.2 us");
+  bench_case(128, 64 << 10, 2048, none, "sglang 43.6 us", normal);
+  bench_case(128, 64 << 10, 2048, none, "A/B", normal, P::sampled);
+  bench_case(128, 64 << 10, 2048, none, "A/B", normal, P::global);
+  bench_case(128, 64 << 10, 2048, none, "repeat (spread)", normal);
+  bench_case(128, 64 << 10, 2048, TopkTransform::decode, "fused slot transform; sglang 46.2 us", normal);
   bench_case(128, 64 << 10, 2048, none, "adversarial; sglang wrong on every row", Fill::ties16);
-  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::global);
-  bench_case(128, 16 << 10, 2048, none, "sglang 17.9 us", Fill::normal);
-  bench_case(128, 16 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(1, 64 << 10, 2048, none, "target <= 15 us; sglang 36.7 us", Fill::normal);
-  bench_case(1, 64 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(1, 64 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_prefetch);
-  bench_case(1, 16 << 10, 2048, none, "sglang 15.3 us", Fill::normal);
-  bench_case(1, 4 << 10, 2048, none, "sglang 7.8 us", Fill::normal);
-  bench_case(1, 128 << 10, 2048, none, "", Fill::normal);
-  bench_case(128, 128 << 10, 2048, none, "target <= 40 us; sglang 97.5 us", Fill::normal);
-  bench_case(128, 128 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(128, 128 << 10, 2048, none, "A/B: the L2 prefetch", Fill::normal, P::sampled_prefetch);
-  bench_case(32, 256 << 10, 2048, none, "", Fill::normal);
-  bench_case(4096, 8 << 10, 2048, none, "prefill rows", Fill::normal);
-  // Phases of the sampled kernel (cumulative time up to the end of phase n; 1 = launch + row set-up):
-  // 2 sample loaded, 3 threshold found, 4 row filtered into shared memory, 5 candidates selected.
-  for (int stop = 1; stop <= 5; ++stop) {
-    bench_case(1, 4 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
-    bench_case(1, 64 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
-    bench_case(128, 64 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
-    bench_case(8192, 4 << 10, 2048, none, "phase", Fill::normal, P::automatic, stop);
+  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::sampled);
+  bench_case(128, 16 << 10, 2048, none, "sglang 17.9 us", normal);
+  bench_case(128, 16 << 10, 2048, none, "A/B", normal, P::sampled);
+  bench_case(128, 16 << 10, 2048, none, "A/B", normal, P::global);
+  bench_case(1, 64 << 10, 2048, none, "target <= 15 us; sglang 36.7 us", normal);
+  bench_case(1, 64 << 10, 2048, none, "A/B", normal, P::sampled);
+  bench_case(1, 16 << 10, 2048, none, "sglang 15.3 us", normal);
+  bench_case(1, 4 << 10, 2048, none, "sglang 7.8 us", normal);
+  bench_case(1, 4 << 10, 2048, none, "A/B", normal, P::sampled);
+  bench_case(1, 4 << 10, 2048, none, "A/B", normal, P::global);
+  bench_case(1, 128 << 10, 2048, none, "", normal);
+  bench_case(128, 128 << 10, 2048, none, "target <= 40 us; sglang 97.5 us", normal);
+  bench_case(128, 128 << 10, 2048, none, "A/B", normal, P::sampled);
+  bench_case(32, 256 << 10, 2048, none, "", normal);
+  bench_case(4096, 8 << 10, 2048, none, "prefill rows", normal);
+  bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", normal);
+  bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::sampled);
+  bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::global);
+  // v4 (quad-wide shared-memory loops) beside the default, and the CTA size for rows that each get an SM.
+  bench_case(128, 64 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::sampled_v4);
+  bench_case(128, 16 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(1, 64 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(128, 128 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(4096, 8 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::sampled_v4);
+  for (const P path : {P::sampled_v3, P::sampled_v4})
+    for (const int threads : {256, 1024}) {
+      bench_case(1, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(1, 8 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(32, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(128, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
+      bench_case(128, 8 << 10, 512, none, "A/B", normal, path, 0, false, threads);
+    }
+  // Phases (cumulative time up to the end of phase n; 1 = launch + row set-up): 2 sample loaded,
+  // 3 threshold found (rows <= 4096: loaded whole), 4 row filtered into shared memory, 5 candidates selected.
+  for (const P path : {P::automatic, P::sampled_v4})
+    for (int stop = 1; stop <= 5; ++stop) {
+      if (stop != 2) bench_case(1, 4 << 10, 2048, none, "phase", normal, path, stop);
+      bench_case(1, 64 << 10, 2048, none, "phase", normal, path, stop);
+      bench_case(128, 64 << 10, 2048, none, "phase", normal, path, stop);
+      if (stop != 2) bench_case(8192, 4 << 10, 2048, none, "phase", normal, path, stop);
+    }
+  // The old timing (host's cost counted), as session 3 measured.
+  for (const P path : {P::automatic, P::sampled}) {
+    bench_case(1, 4 << 10, 2048, none, "session 3's method", normal, path, 0, true);
+    bench_case(1, 64 << 10, 2048, none, "session 3's method", normal, path, 0, true);
+    bench_case(128, 64 << 10, 2048, none, "session 3's method", normal, path, 0, true);
   }
-  bench_case(1, 4 << 10, 2048, none, "A/B", Fill::normal, P::global);
-  bench_case(1, 4 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
-  bench_case(1, 64 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
-  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
-  bench_case(8192, 4 << 10, 2048, none, "A/B", Fill::normal, P::sampled_match_any);
-  bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", Fill::normal);
-  bench_case(8192, 4 << 10, 2048, none, "A/B", Fill::normal, P::global);
   return 0;
 } catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
   std::fprintf(stderr, "%s: %s\n", "bench_topk", e.what());

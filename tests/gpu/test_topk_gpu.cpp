@@ -2,9 +2,10 @@
 // lists): random scores and any topk, heavy ties, all-equal rows, -0 / -inf / NaN, row starts, rows of
 // 64K / 128K / 256K with more than 16K candidates in the threshold bin, the fused transforms, the
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
-// give identical bits. The default (sampled) kernel is checked on the rows that defeat its sample
-// (its exact fallback), on misaligned rows around its 4096-value regime boundary and on ties it breaks
-// by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global).
+// give identical bits. Every check runs every sampled kernel (TopkPath::sampled_v4, ::sampled_v3 and
+// ::sampled, the plan's default among them), each against the oracle; they are checked on the rows that defeat their
+// sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
+// broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -24,6 +25,30 @@ using namespace attnserve::test::dsa_gpu;
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The kernels each check runs, one after the other (ForcePath narrows it to one).
+std::vector<cuda::TopkPath> g_paths = {cuda::TopkPath::sampled_v4, cuda::TopkPath::sampled_v3, cuda::TopkPath::sampled};
+
+const char* path_name(cuda::TopkPath p) {
+  switch (p) {
+    case cuda::TopkPath::global: return "global";
+    case cuda::TopkPath::sampled: return "sampled (7a32edf)";
+    case cuda::TopkPath::sampled_v3: return "sampled_v3";
+    case cuda::TopkPath::sampled_v4: return "sampled_v4";
+    default: return "other";
+  }
+}
+
+// Runs fn once per kernel under test, with that kernel forced and named in failures.
+void for_each_path(const std::function<void()>& fn) {
+  for (const cuda::TopkPath path : g_paths) {
+    SCOPED_TRACE(std::string("kernel ") + path_name(path));
+    cuda::set_topk_path(path);
+    fn();
+    cuda::set_topk_path(cuda::TopkPath::automatic);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
 
 // Runs `host_args` on the GPU (every tensor mirrored), twice with a poisoned output; requires identical
 // bits and copies the output into host_args.out.
@@ -63,14 +88,17 @@ void expect_same_rows(const HostTensor& cpu_out, const HostTensor& gpu_out, cons
 }
 
 // CPU oracle, then the GPU (twice), then: GPU == brute force (p.check), GPU == CPU oracle.
+// Once per kernel under test (for_each_path).
 void check_gpu(TopkProblem& p, const TopkArgs& a, const std::function<int32_t(int64_t, int64_t)>& value_of = {}) {
   p.run(a);
   const HostTensor cpu_out = p.out;
-  run_gpu_twice(a);
-  if (::testing::Test::HasFatalFailure()) return;
-  p.check(value_of);
-  if (::testing::Test::HasFatalFailure()) return;
-  expect_same_rows(cpu_out, p.out, p.lengths, p.k);
+  for_each_path([&] {
+    run_gpu_twice(a);
+    if (::testing::Test::HasFatalFailure()) return;
+    p.check(value_of);
+    if (::testing::Test::HasFatalFailure()) return;
+    expect_same_rows(cpu_out, p.out, p.lengths, p.k);
+  });
 }
 void check_gpu(TopkProblem& p) { check_gpu(p, p.args()); }
 
@@ -265,31 +293,34 @@ TEST(TopkGpu, DeviceLengthsAreClampedToTheRow) {
   p.use_starts = true;
   const int32_t starts[6] = {0, 0, 3900, -50, 100, 5000};
   const int32_t lens[6] = {4001, -3, 500, 1000, 1 << 30, 10};
-  for (int r = 0; r < 6; ++r) p.starts.ptr<int32_t>()[r] = starts[r], p.lengths.ptr<int32_t>()[r] = lens[r];
-  run_gpu_twice(p.args());
-  if (HasFatalFailure()) return;
-  const HostTensor gpu_out = p.out;
+  TopkProblem clamped = p;
   for (int r = 0; r < 6; ++r) {
+    p.starts.ptr<int32_t>()[r] = starts[r], p.lengths.ptr<int32_t>()[r] = lens[r];
     const int32_t s = std::clamp(starts[r], 0, 4000);
-    p.starts.ptr<int32_t>()[r] = s;
-    p.lengths.ptr<int32_t>()[r] = std::clamp(lens[r], 0, 4000 - s);
+    clamped.starts.ptr<int32_t>()[r] = s;
+    clamped.lengths.ptr<int32_t>()[r] = std::clamp(lens[r], 0, 4000 - s);
   }
-  p.run();
-  expect_same_rows(p.out, gpu_out, p.lengths, p.k);
+  clamped.run();
+  for_each_path([&] {
+    run_gpu_twice(p.args());
+    if (HasFatalFailure()) return;
+    expect_same_rows(clamped.out, p.out, clamped.lengths, p.k);
+  });
 }
 
 TEST(TopkGpu, ZeroRows) {
   DSA_REQUIRE_GPU();
   TopkProblem p(0, 100, 16);
-  EXPECT_NO_THROW(run_gpu_twice(p.args()));
+  for_each_path([&] { EXPECT_NO_THROW(run_gpu_twice(p.args())); });
 }
 
 namespace {
 
-// Forces a top-k kernel for one scope (the launcher's process-wide switch).
+// Checks one top-k kernel only, for one scope.
 struct ForcePath {
-  explicit ForcePath(cuda::TopkPath p) { cuda::set_topk_path(p); }
-  ~ForcePath() { cuda::set_topk_path(cuda::TopkPath::automatic); }
+  explicit ForcePath(cuda::TopkPath p) : saved(g_paths) { g_paths = {p}; }
+  ~ForcePath() { g_paths = saved; }
+  std::vector<cuda::TopkPath> saved;
 };
 
 }  // namespace

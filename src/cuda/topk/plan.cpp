@@ -9,20 +9,49 @@ Problem problem_of(const TopkArgs& a) {
   return Problem{.rows = a.scores.size(0), .width = a.scores.size(1), .k = a.topk};
 }
 
+const char* select_name(Select s) {
+  switch (s) {
+    case Select::automatic: return "automatic";
+    case Select::global: return "global";
+    case Select::sampled: return "sampled";
+    case Select::sampled_v3: return "sampled_v3";
+    case Select::sampled_v4: return "sampled_v4";
+  }
+  return "?";
+}
+
 Support can_implement(const Problem& p, const DeviceCaps&) {
   if (p.rows > int64_t(0x7fffffff))
     return unsupported("topk: 'scores' has ", p.rows, " rows, more than a CUDA grid holds");
   return {};
 }
 
-Plan make_plan(const Problem& p, const DeviceCaps& caps) {
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
   const Support s = can_implement(p, caps);
   ATTNSERVE_CHECK(s.ok(), s.reason);
   Plan c;
   c.problem = p;
-  // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM.
-  c.kernel = p.width > kLongRow ? Kernel::rows_1024 : Kernel::rows_256;
+  // Long rows: 1024 threads stream the row; short rows: 256 threads, so several rows share an SM. Whole
+  // rows (<= kWholeRow) that each get an SM anyway (rows <= SMs) take 1024 threads: 4x shorter per-warp
+  // chains in the shared-memory select and emit (4d5707c, v4: 1 x 4K 12.6 -> 10.0 us, 128 x 4K 13.2 -> 10.6;
+  // rows of 8K with k 512 gained nothing, 15.2 -> 15.5, so the sampled regime keeps 256).
+  // (Only where the 1024-thread sampled kernel's shared memory fits: else 256 keeps the sampled kernel.)
+  const bool lone_whole_rows = p.width <= kWholeRow && p.rows <= int64_t(caps.num_sms) &&
+                               std::size_t(caps.smem_per_block) >= sampled_smem_bytes(1024);
+  c.kernel = p.width > kLongRow || lone_whole_rows ? Kernel::rows_1024 : Kernel::rows_256;
+  if (tune.threads == 256 || tune.threads == 1024)
+    c.kernel = tune.threads == 1024 ? Kernel::rows_1024 : Kernel::rows_256;
   c.threads = c.kernel == Kernel::rows_1024 ? 1024 : 256;
+  // The sampled kernels read the row once (the global one up to 5 times) but need their candidates'
+  // shared memory; a device without it gets the global kernel.
+  c.select = tune.select == Select::automatic ? kDefaultSampled : tune.select;
+  if (c.select != Select::global) {
+    c.smem = sampled_smem_bytes(c.threads);
+    if (std::size_t(caps.smem_per_block) < c.smem) {
+      c.select = Select::global;
+      c.smem = 0;
+    }
+  }
   return c;
 }
 

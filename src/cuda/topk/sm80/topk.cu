@@ -3,10 +3,12 @@
 // [0, len) is a candidate, ties at the k-th value -> the lower position.
 //
 // One CTA per row (grid = rows: fixed by the scores' shape, graph safe, no host sync, no workspace).
-// Two kernels, both exact for any input:
-//   topk_sampled.cuh        one read of the row: sampled threshold, candidates in shared memory, radix
+// Four kernels, all exact for any input; the plan (cuda/topk/plan.h) picks one:
+//   topk_sampled_v3.cuh     one read of the row: sampled threshold, candidates in shared memory, radix
 //                           select there; rows it cannot bound (adversarial) go to the global path inside
-//                           the same CTA (the default);
+//                           the same CTA;
+//   topk_sampled_v4.cuh     v3 with its shared-memory candidate loops on 16-byte quads;
+//   topk_sampled.cuh        the same algorithm, session 3's measured version (7a32edf);
 //   topk_radix_global.cuh   radix select streaming the row from L2/HBM on every pass (up to 5 reads).
 #include <cuda_runtime.h>
 
@@ -17,6 +19,8 @@
 #include "cuda/topk/plan.h"
 #include "cuda/topk/sm80/topk_path.h"
 #include "cuda/topk/sm80/topk_sampled.cuh"
+#include "cuda/topk/sm80/topk_sampled_v3.cuh"
+#include "cuda/topk/sm80/topk_sampled_v4.cuh"
 
 namespace attnserve::cuda {
 namespace {
@@ -25,19 +29,60 @@ using topk_detail::TopkParams;
 
 TopkPath g_topk_path = TopkPath::automatic;
 int g_debug_stop = 0;
+int g_threads = 0;
 
-template <int kThreads, int kUnroll>
-bool launch_sampled(const TopkParams& p, unsigned rows, cudaStream_t s) {
-  auto kernel = topk_detail::topk_sampled_kernel<kThreads, kUnroll>;
-  constexpr std::size_t smem = topk_detail::sampled_smem_bytes<kThreads>();
-  if (current_device_caps().smem_per_block < smem) return false;
-  static const bool configured = [&] {  // once per instantiation
-    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
+                  topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>) &&
+                  sizeof(topk_detail::SampledSmem<1024>) == sizeof(topk_detail::v3::SampledSmem<1024>) &&
+                  sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v3::SampledSmem<256>) &&
+                  sizeof(topk_detail::SampledSmem<1024>) == sizeof(topk_detail::v4::SampledSmem<1024>) &&
+                  sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v4::SampledSmem<256>),
+              "the plan's shared-memory count (plan.h) must match the kernels'");
+
+// The dynamic shared memory attribute is set once per kernel (a template argument: the kernels share one
+// function type, so a per-type static would set it for the first only); the plan checked the size.
+template <auto kKernel>
+void launch_with_smem(const TopkParams& p, unsigned rows, int threads, std::size_t smem, cudaStream_t s) {
+  static const bool configured = [&] {
+    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  kernel<<<rows, kThreads, smem, s>>>(p);
-  return true;
+  kKernel<<<rows, threads, smem, s>>>(p);
+}
+
+template <int kThreads>
+void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaStream_t s) {
+  constexpr int kUnroll = 4;
+  switch (plan.select) {
+    case topk_op::Select::sampled_v4:
+      launch_with_smem<topk_detail::v4::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
+      break;
+    case topk_op::Select::sampled_v3:
+      launch_with_smem<topk_detail::v3::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
+      break;
+    case topk_op::Select::sampled:
+      launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
+      break;
+    default: topk_detail::topk_global_kernel<kThreads><<<rows, kThreads, 0, s>>>(p);
+  }
+}
+
+topk_op::Tuning tuning_of(TopkPath path) {
+  switch (path) {
+    case TopkPath::global: return {.select = topk_op::Select::global};
+    case TopkPath::sampled:
+    case TopkPath::sampled_prefetch:
+    case TopkPath::sampled_match_any: return {.select = topk_op::Select::sampled};
+    case TopkPath::sampled_v3: return {.select = topk_op::Select::sampled_v3};
+    case TopkPath::sampled_v4: return {.select = topk_op::Select::sampled_v4};
+    default: return {};
+  }
+}
+topk_op::Tuning tuning_of(TopkPath path, int threads) {
+  topk_op::Tuning t = tuning_of(path);
+  t.threads = threads;
+  return t;
 }
 
 }  // namespace
@@ -45,6 +90,7 @@ bool launch_sampled(const TopkParams& p, unsigned rows, cudaStream_t s) {
 void set_topk_path(TopkPath path) { g_topk_path = path; }
 TopkPath topk_path() { return g_topk_path; }
 void set_topk_debug_stop(int stop) { g_debug_stop = stop; }
+void set_topk_threads(int threads) { g_threads = threads; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -54,7 +100,8 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
-  const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps());
+  const topk_op::Plan plan =
+      topk_op::make_plan(topk_op::problem_of(a), current_device_caps(), tuning_of(g_topk_path, g_threads));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -96,13 +143,8 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   }
   p.hist_mode = g_topk_path == TopkPath::sampled_match_any ? 1 : 0;
   p.debug_stop = g_debug_stop;
-  bool launched = false;
-  if (g_topk_path != TopkPath::global)
-    launched = wide ? launch_sampled<1024, 4>(p, unsigned(rows), s) : launch_sampled<256, 4>(p, unsigned(rows), s);
-  if (!launched) {
-    if (wide) topk_detail::topk_global_kernel<1024><<<unsigned(rows), 1024, 0, s>>>(p);
-    else topk_detail::topk_global_kernel<256><<<unsigned(rows), 256, 0, s>>>(p);
-  }
+  if (wide) launch<1024>(plan, p, unsigned(rows), s);
+  else launch<256>(plan, p, unsigned(rows), s);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -132,8 +132,9 @@ __device__ inline BinPick find_bin(const uint32_t* hist, uint32_t need, uint32_t
   }
   if (lane == 0) s_warp[warp] = incl;
   __syncthreads();
-  uint32_t above = incl - mine;  // bins owned by higher threads
-  for (int w = warp + 1; w < kWarps; ++w) above += s_warp[w];
+  static_assert(kWarps <= 32, "one lane per warp");
+  // bins owned by higher threads: this warp's higher lanes, then the higher warps (one lane each)
+  uint32_t above = incl - mine + __reduce_add_sync(ptx::kFullMask, lane > warp && lane < kWarps ? s_warp[lane] : 0u);
   if (above < need && above + mine >= need) {  // exactly one thread
     for (int i = kPer - 1; i >= 0; --i) {
       const uint32_t c = hist[tid * kPer + i];

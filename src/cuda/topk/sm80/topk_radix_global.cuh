@@ -26,8 +26,9 @@ __device__ __forceinline__ Digit digit_of_pass(int pass) {
 
 // Requires v.len > p.k. s_hist: [kBins]; s_warp: [2][kThreads / 32]; every thread of the CTA calls it.
 template <int kThreads>
-__device__ void radix_select_global(const TopkParams& p, int64_t row, const RowView& rv, uint32_t* s_hist,
-                                    uint32_t (*s_warp)[kThreads / 32], BinPick* s_pick) {
+__device__ __forceinline__ void radix_select_global(const TopkParams& p, int64_t row, const RowView& rv,
+                                                    uint32_t* s_hist, uint32_t (*s_warp)[kThreads / 32],
+                                                    BinPick* s_pick) {
   constexpr int kWarps = kThreads / 32;
   constexpr int kUnroll = kGlobalUnroll;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -146,6 +147,16 @@ __device__ void radix_select_global(const TopkParams& p, int64_t row, const RowV
       eq_before += uint32_t(__popc(m_eq));
     }
   }
+}
+
+// The same, not inlined: the fallback of the third sampled kernel (topk_sampled_v3.cuh), kept out of its
+// register allocation (inlined, it cost the streaming loop ~36 bytes of spills at 64 registers). p must
+// be a __grid_constant__ parameter.
+template <int kThreads>
+__device__ __noinline__ void radix_select_global_fallback(const TopkParams& p, int64_t row, RowView rv,
+                                                          uint32_t* s_hist, uint32_t (*s_warp)[kThreads / 32],
+                                                          BinPick* s_pick) {
+  radix_select_global<kThreads>(p, row, rv, s_hist, s_warp, s_pick);
 }
 
 // The first kernel: one CTA per row, every pass from global memory.

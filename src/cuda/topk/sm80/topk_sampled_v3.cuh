@@ -1,0 +1,365 @@
+// The third version of the sampled kernel (session 3 commit 1b81f8d, ported; TopkPath::sampled_v3,
+// topk_op::Select::sampled_v3). Names live in topk_detail::v3 beside the measured version (topk_sampled.cuh).
+// Top-k of one row by one CTA in one read of the row from HBM: a sampled threshold, one filtering pass
+// into shared memory, then an exact radix select on the candidates in shared memory.
+//
+//   1. Rows of at most kExactMax (4096) values: the whole row goes to shared memory as candidates, densely
+//      (no compaction; the holes of a partial last step hold sentinels that rank below every value).
+//      Longer rows: a sample of 32 evenly spaced chunks of 128 values (4096, one 16-byte load per thread at
+//      1024 threads), and a radix select on the sample's keys picks a key t such that about
+//      r = k_s + 5 sqrt(k_s) + 16 sample values are >= t, k_s = k * 4096 / len (the sample's share of k):
+//      count(row >= t) is then >= k with a margin of ~5 standard deviations for exchangeable scores.
+//   2. One pass over the row with 16-byte loads (kUnroll per thread in flight): every value >= t (a float
+//      compare) goes to its warp's segment of shared memory (raw bits and position, kSegCap per warp;
+//      warps take 128-value steps round robin, so a hot region of the row spreads over all of them). No
+//      atomics, no barrier in the loop: each lane counts its candidates among 8 values, and four ballots
+//      (the bits of the counts) give every lane its slots.
+//   3. If the candidates number at least k and no segment overflowed, the top k of the row are the top k
+//      of the candidates. The segments' bits become keys in place, then a radix select in shared memory:
+//      12/12/8 bits of the key, then (only when the k-th key is tied) 12/12/7 bits of 2^31 - 1 - position,
+//      stopping as soon as the threshold bin is taken whole. (key, position) pairs are distinct, so exactly
+//      k candidates are selected, and equal keys go to the lower positions. Otherwise (adversarial rows: a
+//      sample that misses the top, more than kSegCap candidates for a warp, e.g. all-equal rows), the row
+//      goes to radix_select_global (topk_radix_global.cuh), which is exact for any input.
+//   4. Emit: each warp counts its selected candidates, a prefix over warps gives its output offset, and a
+//      ballot orders its lanes: the output order depends only on the data (deterministic, not sorted).
+// Shared memory: kWarps * kSegCap * 8 bytes of candidates + the 16 KB histogram (152 KB at 1024 threads,
+// 50 KB at 256).
+// Measured (H200, 7a32edf, phase stops of bench_topk): at 1024 threads the smem phases cost ~40 instructions
+// per candidate and pass with the 64-bit composite and the warp-synchronous histogram loop; this version
+// keeps 32-bit keys, plain shared atomics and per-thread loops there.
+#pragma once
+#include "cuda/topk/sm80/topk_radix_global.cuh"
+
+namespace attnserve::cuda::topk_detail::v3 {
+
+constexpr int kSegCap = 528;  // candidates per warp: 4 steps of 128 + 16 (head/tail extras of warp 0)
+constexpr int kSampleChunks = 32;
+constexpr int kSampleQuads = 32;                               // 128 values per chunk
+constexpr int kSampleSize = kSampleChunks * kSampleQuads * 4;  // 4096
+constexpr int kExactMax = 4096;                                // rows up to this length are loaded whole
+constexpr uint32_t kSentinelBits = 0x7fc00000u;                // NaN: key 0
+constexpr uint32_t kSentinelPos = 0x7fffffffu;                 // 2^31 - 1 - pos = 0: below every real position
+
+template <int kThreads>
+struct SampledSmem {
+  static constexpr int kWarps = kThreads / 32;
+  uint32_t bits[kWarps * kSegCap];  // the candidates' raw float bits, then (select) their keys
+  uint32_t pos[kWarps * kSegCap];
+  alignas(16) uint32_t hist[kBins];  // 16-byte aligned: find_bin reads uint4
+  uint32_t warp[2][kWarps];
+  uint32_t cnt[kWarps];  // values each warp pushed (more than kSegCap: its segment overflowed)
+  BinPick pick;
+};
+
+__device__ __forceinline__ uint32_t shr32(uint32_t x, int s) { return s >= 32 ? 0u : x >> s; }
+
+// The radix-select state over (key, rp = 2^31 - 1 - position): fixed so far are the key bits above kshift
+// (= kprefix) and, once the key is whole (kshift 0), the rp bits above pshift (= pprefix).
+struct SelectState {
+  uint32_t kprefix = 0, pprefix = 0;
+  int kshift = 32, pshift = 31;
+  __device__ __forceinline__ bool matches(uint32_t key, uint32_t rp) const {
+    return shr32(key, kshift) == kprefix && (rp >> pshift) == pprefix;
+  }
+  // Ranked at or above the fixed prefix: the selection once the threshold bin is taken whole.
+  __device__ __forceinline__ bool at_or_above(uint32_t key, uint32_t rp) const {
+    const uint32_t kk = shr32(key, kshift);
+    return kk > kprefix || (kk == kprefix && (rp >> pshift) >= pprefix);
+  }
+};
+
+struct SelectDigit {
+  bool on_pos;
+  int shift, width;
+};
+__device__ __forceinline__ SelectDigit select_digit(int pass) {
+  switch (pass) {
+    case 0: return {false, 20, 12};
+    case 1: return {false, 8, 12};
+    case 2: return {false, 0, 8};
+    case 3: return {true, 19, 12};
+    case 4: return {true, 7, 12};
+    default: return {true, 0, 7};
+  }
+}
+
+// One histogram pass over the keys in every warp's segment (S.cnt[w] <= kSegCap entries each): the digit
+// of the entries that match `st`. Plain shared atomics, per-thread loops. Ends with a barrier.
+template <int kThreads>
+__device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int b = tid; b < kBins; b += kThreads) S.hist[b] = 0;
+  __syncthreads();
+  const uint32_t n = S.cnt[warp];
+  const uint32_t* key = S.bits + warp * kSegCap;
+  const uint32_t* pos = S.pos + warp * kSegCap;
+  const uint32_t mask = (1u << dg.width) - 1u;
+  if (!dg.on_pos) {
+    for (uint32_t i = lane; i < n; i += 32) {
+      const uint32_t kk = key[i];
+      if (shr32(kk, st.kshift) == st.kprefix) atomicAdd(&S.hist[(kk >> dg.shift) & mask], 1u);
+    }
+  } else {
+    for (uint32_t i = lane; i < n; i += 32) {
+      const uint32_t rp = 0x7fffffffu - pos[i];
+      if (st.matches(key[i], rp)) atomicAdd(&S.hist[(rp >> dg.shift) & mask], 1u);
+    }
+  }
+  __syncthreads();
+}
+
+// Radix select over the segments' keys (positions when `with_pos`): the state whose at_or_above() holds for
+// exactly `need` entries (with_pos), or, for the sample (!with_pos), a key prefix holding at least `need`
+// entries and at most need / 2 more (or the exact key). Every thread calls it; ends after a barrier.
+template <int kThreads>
+__device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos) {
+  SelectState st;
+  const uint32_t r = need;
+  for (int pass = 0; pass < (with_pos ? 6 : 3); ++pass) {
+    const SelectDigit dg = select_digit(pass);
+    candidate_histogram<kThreads>(S, st, dg);
+    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    need -= pick.above;
+    if (!dg.on_pos) {
+      st.kprefix = (st.kprefix << (st.kshift - dg.shift)) | pick.digit;
+      st.kshift = dg.shift;
+    } else {
+      st.pprefix = (st.pprefix << (st.pshift - dg.shift)) | pick.digit;
+      st.pshift = dg.shift;
+    }
+    if (pick.count == need) break;                // the bin is taken whole (always by the last pass with positions)
+    if (!with_pos && pick.count <= r / 2) break;  // the sample: a thin bin is precise enough
+  }
+  return st;
+}
+
+// Converts each warp's segment from raw float bits to keys, in place (every entry is read by its own warp).
+template <int kThreads>
+__device__ inline void segment_bits_to_keys(SampledSmem<kThreads>& S) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t n = S.cnt[warp];
+  uint32_t* b = S.bits + warp * kSegCap;
+  for (uint32_t i = lane; i < n; i += 32) b[i] = topk_key(__uint_as_float(b[i]));
+  __syncwarp();
+}
+
+// The float f with key(x) >= t <=> x >= f for every non-NaN x (t > 0): -inf up to key(-inf); a NaN
+// (nothing passes) above key(+inf). -0 for t = 0x7fffffff, which no float has (-0 maps to +0's key).
+__device__ __forceinline__ float key_threshold_float(uint32_t t) {
+  if (t <= 0x007fffffu) return __uint_as_float(0xff800000u);
+  return __uint_as_float(t >= 0x80000000u ? t ^ 0x80000000u : ~t);
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+__device__ __forceinline__ uint32_t warp_sum(uint32_t v) { return __reduce_add_sync(ptx::kFullMask, v); }
+
+template <int kThreads, int kUnroll>
+__global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
+    topk_sampled_kernel(const __grid_constant__ TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kUnroll % 2 == 0, "values are compacted 8 per lane");
+  extern __shared__ uint4 smem_raw[];
+  SampledSmem<kThreads>& S = *reinterpret_cast<SampledSmem<kThreads>*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int64_t row = blockIdx.x;
+  const RowView rv = row_view(p, row);
+  const int64_t len = rv.len;
+  const int k = p.k;
+  if (len <= k) {
+    emit_identity<kThreads>(p, row, rv);
+    return;
+  }
+  const float* s = rv.s;
+  if (p.debug_stop == 1) return;
+
+  // Optional (TopkPath::sampled_prefetch): the first p.prefetch_bytes of the row go to L2 now.
+  {
+    const int64_t n_pf = (p.prefetch_bytes / 4 < len ? p.prefetch_bytes / 4 : len);                 // values
+    for (int64_t j = int64_t(tid) * 32; j < n_pf; j += int64_t(kThreads) * 32) prefetch_l2(s + j);  // a line each
+  }
+
+  // The row as 16-byte quads: [0, head) scalar, [head, head + 4 nq) quads, [tail, len) scalar.
+  int32_t head = int32_t(((16u - (uint32_t(reinterpret_cast<uintptr_t>(s)) & 15u)) & 15u) >> 2);
+  if (head > len) head = int32_t(len);
+  const int32_t nq = int32_t((len - head) >> 2);
+  const int32_t tail = head + 4 * nq;
+  const float4* q4 = reinterpret_cast<const float4*>(s + head);
+  const int32_t steps = (nq + 31) >> 5;  // 32 quads (128 values) per step; warp w takes steps w, w + kWarps, ...
+  uint32_t* seg_bits = S.bits + warp * kSegCap;
+  uint32_t* seg_pos = S.pos + warp * kSegCap;
+  uint32_t cnt = 0;  // warp-uniform: entries of this warp's segment
+
+  // Appends the lanes' flagged values (warp-synchronous), in lane order.
+  auto push1 = [&](bool cand, float x, uint32_t pos) {
+    const unsigned m = __ballot_sync(ptx::kFullMask, cand);
+    if (cand) {
+      const uint32_t i = cnt + uint32_t(__popc(m & lanes_below));
+      if (i < uint32_t(kSegCap)) {
+        seg_bits[i] = __float_as_uint(x);
+        seg_pos[i] = pos;
+      }
+    }
+    cnt += uint32_t(__popc(m));
+  };
+
+  if (len <= kExactMax) {
+    // ---- exact regime: every value is a candidate, stored densely at step * 128 + component * 32 + lane.
+    // Steps per warp <= 4 (<= 32 steps over >= 8 warps): at most 512 entries + the extras of warp 0.
+    constexpr int kExactSteps = (kExactMax / 128 + kWarps - 1) / kWarps;  // 4 at 256 threads, 1 at 1024
+    float4 v[kExactSteps];
+#pragma unroll
+    for (int j = 0; j < kExactSteps; ++j) {  // every load in flight before the first store
+      const int32_t q = (warp + j * kWarps) * 32 + lane;
+      v[j] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < kExactSteps; ++j) {
+      if (warp + j * kWarps >= steps) break;  // warp-uniform
+      const int32_t q = (warp + j * kWarps) * 32 + lane;
+      const bool valid = q < nq;
+      const uint32_t pos = uint32_t(head + 4 * q);
+      uint32_t* b = seg_bits + j * 128 + lane;
+      uint32_t* ps = seg_pos + j * 128 + lane;
+      b[0] = valid ? __float_as_uint(v[j].x) : kSentinelBits, ps[0] = valid ? pos : kSentinelPos;
+      b[32] = valid ? __float_as_uint(v[j].y) : kSentinelBits, ps[32] = valid ? pos + 1 : kSentinelPos;
+      b[64] = valid ? __float_as_uint(v[j].z) : kSentinelBits, ps[64] = valid ? pos + 2 : kSentinelPos;
+      b[96] = valid ? __float_as_uint(v[j].w) : kSentinelBits, ps[96] = valid ? pos + 3 : kSentinelPos;
+      cnt += 128u;
+    }
+    if (warp == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+      int32_t jj = -1;
+      if (lane < head) jj = lane;
+      else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+      push1(jj >= 0, jj >= 0 ? __ldg(s + jj) : 0.f, uint32_t(jj));
+    }
+    if (p.debug_stop == 3) return;
+  } else {
+    // ---- 1. the sample and its threshold t. Here nq >= 1023: the chunks lie inside the quads.
+    constexpr int kChunksPerWarp = kSampleChunks / kWarps;
+    static_assert(kSampleChunks % kWarps == 0 && kChunksPerWarp * kSampleQuads * 4 <= kSegCap, "sample layout");
+    float4 v[kChunksPerWarp];
+#pragma unroll
+    for (int c = 0; c < kChunksPerWarp; ++c) {
+      const int chunk = warp + c * kWarps;
+      const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
+      v[c] = __ldg(q4 + q0 + lane);
+    }
+#pragma unroll
+    for (int c = 0; c < kChunksPerWarp; ++c) {  // keys directly: the sample is only ranked
+      seg_bits[c * 128 + 0 * 32 + lane] = topk_key(v[c].x);
+      seg_bits[c * 128 + 1 * 32 + lane] = topk_key(v[c].y);
+      seg_bits[c * 128 + 2 * 32 + lane] = topk_key(v[c].z);
+      seg_bits[c * 128 + 3 * 32 + lane] = topk_key(v[c].w);
+    }
+    if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
+    __syncthreads();
+    if (p.debug_stop == 2) return;
+    uint32_t t = 0;
+    const float ks = float(k) * float(kSampleSize) / float(4 * nq);
+    const float rf = ks + 5.f * sqrtf(ks) + 16.f;
+    if (rf < float(kSampleSize)) {
+      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false);
+      t = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // the lower edge of the chosen key bin
+    }
+    // Everything read from the sample was read before find_bin's last barrier: the segments are free.
+    if (p.debug_stop == 3) return;
+
+    // ---- 2. filter: values x >= tf (key >= t; t == 0: everything, NaN included) into the warp's segment.
+    const bool take_all = t == 0;
+    const float tf = key_threshold_float(t);
+    if (warp == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+      int32_t jj = -1;
+      if (lane < head) jj = lane;
+      else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+      const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
+      push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
+    }
+    for (int32_t s0 = warp; s0 < steps; s0 += kWarps * kUnroll) {
+      float4 v4[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t q = (s0 + u * kWarps) * 32 + lane;
+        v4[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int g = 0; g < kUnroll; g += 2) {  // 8 values per lane: two quads
+        const int32_t qa = (s0 + g * kWarps) * 32 + lane, qb = qa + kWarps * 32;
+        const float x[8] = {v4[g].x, v4[g].y, v4[g].z, v4[g].w, v4[g + 1].x, v4[g + 1].y, v4[g + 1].z, v4[g + 1].w};
+        uint32_t m8 = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (take_all || x[e] >= tf) m8 |= 1u << e;
+        if (qa >= nq) m8 &= 0xf0u;
+        if (qb >= nq) m8 &= 0x0fu;
+        const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
+        const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
+        const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
+        if ((b0 | b1 | b2 | b3) == 0) continue;
+        uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
+                       4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
+        cnt += uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2)) + 8u * uint32_t(__popc(b3));
+        const uint32_t pa = uint32_t(head + 4 * qa), pb = uint32_t(head + 4 * qb);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if ((m8 >> e) & 1u) {
+            if (off < uint32_t(kSegCap)) {
+              seg_bits[off] = __float_as_uint(x[e]);
+              seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
+            }
+            ++off;
+          }
+        }
+      }
+    }
+  }
+  if (lane == 0) S.cnt[warp] = cnt;
+  __syncthreads();
+  uint32_t total = 0;
+  bool overflow = false;
+  for (int w = 0; w < kWarps; ++w) {
+    const uint32_t c = S.cnt[w];
+    total += c;
+    overflow |= c > uint32_t(kSegCap);
+  }
+  if (p.debug_stop == 4) return;
+  if (overflow || total < uint32_t(k)) {  // block-uniform: the exact multi-pass path
+    radix_select_global_fallback<kThreads>(p, row, rv, S.hist, S.warp, &S.pick);
+    return;
+  }
+
+  // ---- 3. exact radix select on (key, position)
+  segment_bits_to_keys<kThreads>(S);
+  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true);
+  if (p.debug_stop == 5) return;
+
+  // ---- 4. emit, in segment order
+  const uint32_t n = S.cnt[warp];
+  const uint32_t* seg_key = seg_bits;
+  uint32_t n_sel = 0;
+  for (uint32_t i = lane; i < n; i += 32) n_sel += st.at_or_above(seg_key[i], 0x7fffffffu - seg_pos[i]) ? 1u : 0u;
+  n_sel = warp_sum(n_sel);
+  if (lane == 0) S.warp[1][warp] = n_sel;
+  __syncthreads();
+  uint32_t slot0 = warp_sum(lane < warp ? S.warp[1][lane] : 0u);  // selected in lower warps' segments
+  for (uint32_t base = 0; base < n; base += 32) {
+    const uint32_t i = base + lane;
+    const bool sel = i < n && st.at_or_above(seg_key[i], 0x7fffffffu - seg_pos[i]);
+    const unsigned m = __ballot_sync(ptx::kFullMask, sel);
+    if (sel) {
+      const uint32_t slot = slot0 + uint32_t(__popc(m & lanes_below));
+      if (slot < uint32_t(k))
+        rv.out[int64_t(slot) * p.out_col_stride] = value_of(p, row, rv.request, int64_t(seg_pos[i]));
+    }
+    slot0 += uint32_t(__popc(m));
+  }
+}
+
+template <int kThreads>
+constexpr std::size_t sampled_smem_bytes() {
+  return sizeof(SampledSmem<kThreads>);
+}
+
+}  // namespace attnserve::cuda::topk_detail::v3

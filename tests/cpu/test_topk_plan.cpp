@@ -1,0 +1,88 @@
+// Top-k's plan (src/cuda/topk/plan.h) on fabricated devices: the algorithm (sampled when its shared
+// memory fits, else global; a forced choice), the threads per row, the shared-memory count. Host code.
+#include <gtest/gtest.h>
+
+#include "cuda/topk/plan.h"
+
+namespace attnserve {
+namespace {
+
+using cuda::topk_op::kDefaultSampled;
+using cuda::topk_op::make_plan;
+using cuda::topk_op::Select;
+using cuda::topk_op::Tuning;
+
+const DeviceCaps kH200{.num_sms = 132, .smem_per_block = 227 * 1024, .arch = 90};
+const DeviceCaps kA100{.num_sms = 108, .smem_per_block = 163 * 1024, .arch = 80};
+const DeviceCaps kSmall{.num_sms = 40, .smem_per_block = 100 * 1024, .arch = 86};  // 256 fits, 1024 not
+const DeviceCaps kTiny{.num_sms = 20, .smem_per_block = 48 * 1024, .arch = 80};
+
+const cuda::topk_op::Problem kShort{.rows = 8192, .width = 4096, .k = 2048};  // 256 threads
+const cuda::topk_op::Problem kLong{.rows = 128, .width = 65536, .k = 2048};   // 1024 threads
+
+TEST(TopkPlan, SharedMemoryOfTheSampledKernels) {
+  // 8 warps: 8 * 528 * 8 + 16384 + 8 * 12 + 12 = 50284 -> 50288; 32 warps: 151948 -> 151952
+  EXPECT_EQ(cuda::topk_op::sampled_smem_bytes(256), 50288u);
+  EXPECT_EQ(cuda::topk_op::sampled_smem_bytes(1024), 151952u);
+}
+
+TEST(TopkPlan, DefaultIsTheSampledKernelWhereItsSharedMemoryFits) {
+  for (const DeviceCaps& caps : {kH200, kA100})
+    for (const auto& prob : {kShort, kLong}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_EQ(plan.select, kDefaultSampled) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(plan.smem, cuda::topk_op::sampled_smem_bytes(plan.threads));
+    }
+  EXPECT_EQ(make_plan(kShort, kSmall).select, kDefaultSampled);
+  // Lone whole rows would take 1024 threads, whose 152 KB do not fit: 256 threads keep the sampled kernel.
+  const auto small_lone = make_plan({.rows = 8, .width = 4096, .k = 2048}, kSmall);
+  EXPECT_EQ(small_lone.select, kDefaultSampled);
+  EXPECT_EQ(small_lone.threads, 256);
+  const auto small_long = make_plan(kLong, kSmall);  // 152 KB > 100 KB
+  EXPECT_EQ(small_long.select, Select::global);
+  EXPECT_EQ(small_long.smem, 0u);
+  EXPECT_EQ(small_long.threads, 1024);
+  for (const auto& prob : {kShort, kLong}) EXPECT_EQ(make_plan(prob, kTiny).select, Select::global);
+}
+
+TEST(TopkPlan, ForcedChoiceAndItsFallback) {
+  for (const Select s : {Select::global, Select::sampled, Select::sampled_v3, Select::sampled_v4})
+    for (const auto& prob : {kShort, kLong}) {
+      const auto plan = make_plan(prob, kH200, Tuning{.select = s});
+      EXPECT_EQ(plan.select, s) << select_name(s);
+      EXPECT_EQ(plan.smem, s == Select::global ? 0u : cuda::topk_op::sampled_smem_bytes(plan.threads));
+    }
+  // A sampled kernel forced where its shared memory does not fit still runs (the global kernel).
+  EXPECT_EQ(make_plan(kLong, kTiny, Tuning{.select = Select::sampled}).select, Select::global);
+  EXPECT_EQ(make_plan(kShort, kTiny, Tuning{.select = Select::sampled_v3}).select, Select::global);
+  EXPECT_EQ(make_plan(kShort, kSmall, Tuning{.select = Select::sampled}).select, Select::sampled);
+}
+
+TEST(TopkPlan, ThreadsFollowTheShapeNotTheAlgorithm) {
+  for (const Select s : {Select::automatic, Select::global, Select::sampled_v3}) {
+    EXPECT_EQ(make_plan({.rows = 1, .width = 8192, .k = 16}, kH200, {.select = s}).threads, 256);
+    EXPECT_EQ(make_plan({.rows = 1, .width = 8193, .k = 16}, kH200, {.select = s}).threads, 1024);
+    // Whole rows that each get an SM: 1024 threads; more rows than SMs: 256, several per SM.
+    EXPECT_EQ(make_plan({.rows = 1, .width = 4096, .k = 2048}, kH200, {.select = s}).threads, 1024);
+    EXPECT_EQ(make_plan({.rows = 132, .width = 4096, .k = 2048}, kH200, {.select = s}).threads, 1024);
+    EXPECT_EQ(make_plan({.rows = 133, .width = 4096, .k = 2048}, kH200, {.select = s}).threads, 256);
+    EXPECT_EQ(make_plan({.rows = 108, .width = 4096, .k = 2048}, kA100, {.select = s}).threads, 1024);
+    EXPECT_EQ(make_plan({.rows = 109, .width = 4096, .k = 2048}, kA100, {.select = s}).threads, 256);
+    EXPECT_EQ(make_plan({.rows = 1, .width = 4097, .k = 2048}, kH200, {.select = s}).threads, 256);
+  }
+  EXPECT_EQ(make_plan(kShort, kH200).threads, 256);  // 8192 prefill rows
+  EXPECT_EQ(workspace_size(make_plan(kLong, kH200)), 0u);
+}
+
+TEST(TopkPlan, ForcedThreadsAndTheirSharedMemory) {
+  const auto wide_short = make_plan(kShort, kH200, {.threads = 1024});
+  EXPECT_EQ(wide_short.threads, 1024);
+  EXPECT_EQ(wide_short.kernel, cuda::topk_op::Kernel::rows_1024);
+  EXPECT_EQ(wide_short.smem, cuda::topk_op::sampled_smem_bytes(1024));
+  EXPECT_EQ(make_plan(kLong, kH200, {.threads = 256}).threads, 256);
+  EXPECT_EQ(make_plan(kLong, kH200, {.threads = 512}).threads, 1024);              // not a kernel size: the plan's
+  EXPECT_EQ(make_plan(kShort, kSmall, {.threads = 1024}).select, Select::global);  // 152 KB > 100 KB
+}
+
+}  // namespace
+}  // namespace attnserve
