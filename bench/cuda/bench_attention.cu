@@ -205,7 +205,8 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   char note[96];
   if (cfg.sm90())
     std::snprintf(note, sizeof note, "[sm90 wgmma %s]",
-                  cfg.sm90() == 3   ? "ping-pong"
+                  cfg.sm90() == 4   ? "ping-pong eager"
+                  : cfg.sm90() == 3 ? "ping-pong"
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
@@ -399,12 +400,17 @@ int main(int argc, char** argv) try {
   }
 
   // Prefill/extend, all kernels in the same run: the portable mma.sync kernel (Tuning::sm90 = 0),
-  // the Hopper wgmma kernels kCoop (sm90 = 1), kWarpSpecialized (2) and kPingPong (3); off sm_90 they fall
-  // back to the portable kernel (see the note column).
-  for (int k90 : {0, 1, 2, 3}) {
+  // the Hopper wgmma kernels kCoop (sm90 = 1), kWarpSpecialized (2), kPingPong (3) and the A/B
+  // baseline kPingPongEager (4, the session-3 ping-pong); off sm_90 they fall back to the portable
+  // kernel (see the note column).
+  for (int k90 : {0, 1, 2, 3, 4}) {
     cuda::attn::Tuning t;
     t.sm90 = k90;
-    const std::string v = k90 == 3 ? " sm90pp" : k90 == 2 ? " sm90ws" : k90 ? " sm90" : " portable";
+    const std::string v = k90 == 4   ? " sm90pp-eager"
+                          : k90 == 3 ? " sm90pp"
+                          : k90 == 2 ? " sm90ws"
+                          : k90      ? " sm90"
+                                     : " portable";
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal" + v, 1, 8192, 32, 8, 128, 0, t);
     bench_prefill("prefill b4 s4K hq32 hkv8 d128 causal" + v, 4, 4096, 32, 8, 128, 0, t);
     bench_prefill("extend b8 prefix4K +1K hq32 hkv8 page16" + v, 8, 1024, 32, 8, 128, 4096, t);
@@ -419,6 +425,9 @@ int main(int argc, char** argv) try {
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal page64 sm90pp", 1, 8192, 32, 8, 128, 0, t, 64);
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal page1 sm90pp", 1, 8192, 32, 8, 128, 0, t, 1);
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat sm90pp", 1, 8192, 32, 8, 128, 0, t);
+    t.sm90 = 4;
+    bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat sm90pp-eager", 1, 8192, 32, 8, 128, 0, t);
+    bench_prefill("prefill b1 s16K hq64 hkv8 d128 causal sm90pp-eager", 1, 16384, 64, 8, 128, 0, t);
   }
   return 0;
 } catch (const std::exception& e) {  // CUDA errors (CK) and attnserve::Error from the ops

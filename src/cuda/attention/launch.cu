@@ -114,6 +114,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
     case Kernel::sm90_coop:
     case Kernel::sm90_warp_specialized:
     case Kernel::sm90_ping_pong:
+    case Kernel::sm90_ping_pong_eager:
 #ifdef ATTNSERVE_HAVE_SM90
       attn90::launch_paged_attention(p, a.q.dtype, d, c.sm90(), c.m_blocks, b, s);
       ATTNSERVE_CUDA_CHECK_LAUNCH();

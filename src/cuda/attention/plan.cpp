@@ -41,6 +41,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::sm90_coop: return "sm90_coop";
     case Kernel::sm90_warp_specialized: return "sm90_warp_specialized";
     case Kernel::sm90_ping_pong: return "sm90_ping_pong";
+    case Kernel::sm90_ping_pong_eager: return "sm90_ping_pong_eager";
   }
   return "?";
 }
@@ -140,10 +141,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
   const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
   // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
-  // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..3
+  // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..4
   // forces one.
-  const int variant =
-      tune.sm90 == attn90::kCoop || tune.sm90 == attn90::kWarpSpecialized ? tune.sm90 : attn90::kPingPong;
+  const int variant = tune.sm90 >= attn90::kCoop && tune.sm90 <= attn90::kPingPongEager ? tune.sm90 : attn90::kPingPong;
   const bool want90 =
       tune.sm90 > 0 || (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
   if (want90 && sm90_supports(p, caps, targets, variant)) {

@@ -38,6 +38,7 @@ enum class Kernel : int {
   sm90_coop = 1,  // Hopper wgmma kernels (src/cuda/attention/sm90/config.h)
   sm90_warp_specialized = 2,
   sm90_ping_pong = 3,
+  sm90_ping_pong_eager = 4,  // the session-3 ping-pong, an A/B baseline (forced only)
 };
 const char* kernel_name(Kernel k);
 
@@ -64,7 +65,8 @@ struct Tuning {
   int page_shifts = -1;  // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
   // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
-  // 3 (kPingPong): that Hopper kernel whenever it supports the call.
+  // 3 (kPingPong) or 4 (kPingPongEager, the A/B baseline): that Hopper kernel whenever it supports
+  // the call.
   int sm90 = -1;
 };
 

@@ -19,8 +19,12 @@ using HeadDims = IntList<64, 128>;  // head dims of the instantiations (bf16 / f
 //   kPingPong (3, the auto choice): kWarpSpecialized whose consumers take turns on the tensor
 //              cores (named barriers): each issues S of this tile and P V of the previous one
 //              as two commit groups, runs the softmax's first half once S lands (while its
-//              P V runs), then the other warpgroup's block executes under the rest.
-enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3 };
+//              P V runs), then the other warpgroup's block executes under the rest. Its softmax
+//              keeps a stale running max (O rescaled only when a row's max grows by > 2^8), and
+//              the rare rescale runs under S(t + 1), before P V(t) is issued.
+//   kPingPongEager (4, bench/test A/B only, never chosen): the session-3 ping-pong (exact running
+//              max, O rescaled after every tile on the path to the next block).
+enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3, kPingPongEager = 4 };
 
 constexpr int kThreads = 256;
 constexpr int kThreadsWs = 384;
@@ -38,7 +42,9 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kWsEntryRegs * kThrea
               "setmaxnreg split exceeds the CTA's registers");
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
-constexpr bool is_ws(int variant) { return variant == kWarpSpecialized || variant == kPingPong; }
+constexpr bool is_ws(int variant) {
+  return variant == kWarpSpecialized || variant == kPingPong || variant == kPingPongEager;
+}
 constexpr int stages_of(int variant) { return is_ws(variant) ? kStagesWs : kStages; }
 
 // Q tile + stages x {K, V} tiles, each d/64 SW128 panels of rows x 128 bytes; + mbarriers.

@@ -75,12 +75,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
 #endif
 }
 
-template <typename T, int D, bool PINGPONG>
+// PINGPONG: kPingPong (LAZY) or kPingPongEager (!LAZY); else kWarpSpecialized (LAZY).
+template <typename T, int D, bool PINGPONG, bool LAZY>
 __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   using Tr = Traits<D>;
   char* smem = smem_base();
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The warpgroup as a value the compiler knows is warp-uniform (a shuffle from lane 0): it then
+  // keeps the warpgroup's Q descriptor in uniform registers instead of moving it there per wgmma.
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   Block b;
   if (!b.init(p)) return;  // uniform over the CTA
   char* sQ = smem;
@@ -124,7 +128,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
 
   sm90::setmaxnreg_inc<kConsumerRegs>();
   const int w = wg - 1;  // consumer warpgroup: rows 64 w ..
-  Consumer<T, D> c;
+  Consumer<T, D, LAZY> c;
   c.init(p, b, w, warp & 3, lane);
   const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t(w * 64 * 128);
   if constexpr (!PINGPONG) {
@@ -143,6 +147,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     // ptxas serialize every wgmma of the kernel (C7520).
     float s[Tr::kSAcc];
     uint32_t pa[kTileKeys / 16][4];
+    float al0, al1;  // O's rescale for the tile whose P is in pa
     auto pin = [&] {
 #pragma unroll
       for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::fence_regs(pa[kk]);
@@ -158,10 +163,14 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     sm90::named_arrive(2 - w, 256);
     sm90::wg_wait<0>();
     sm90::fence_regs(s);
-    c.softmax(p, s, b.k_begin, pa);
+    c.scores(s, b.k_begin, al0, al1);
+    c.rescale = false;  // O is still 0
+    c.to_a(s, pa);
     // Block t: S of tile t, then P V of tile t - 1, as two commit groups (FA3's intra-warpgroup
     // overlap): the softmax's first half (max, exponents, sums) on S(t) runs while P V(t - 1) is
-    // still in flight; O's rescale and P's conversion wait for it.
+    // still in flight; P's conversion waits for it. O's rescale for tile t - 1: LAZY, between the
+    // S(t) and P V(t - 1) issues, under S(t) (FA3's RescaleOBeforeGemm), rarely needed at all;
+    // !LAZY, after P V(t - 1) lands, on the path to the next block (the session-3 order).
     for (int t = 1; t < n; ++t) {
       sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
       sm90::fence_proxy_async();
@@ -170,19 +179,25 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
       sm90::wg_fence();
       c.issue_s(sQa, stage_k(t), s);
       sm90::wg_commit();
+      if constexpr (LAZY) {
+        c.rescale_o(al0, al1);
+        pin();
+        sm90::wg_fence();  // O's registers changed since the last fence
+      }
       c.issue_pv(stage_k(t - 1) + Tr::kKvBytes, pa);
       sm90::wg_commit();
       sm90::named_arrive(2 - w, 256);
       sm90::wg_wait<1>();  // S(t) is done (groups complete in order)
       sm90::fence_regs(s);
-      float al0, al1;
       c.scores(s, b.k_begin + t * kTileKeys, al0, al1);
       sm90::wg_wait<0>();  // P V(t - 1) is done
       pin();
       sm90::mbar_arrive(empty((t - 1) % kStagesWs));  // K and V of tile t - 1 are read
-      c.finish(s, al0, al1, pa);
+      if constexpr (!LAZY) c.rescale_o(al0, al1);
+      c.to_a(s, pa);
     }
     sm90::named_sync(1 + w, 256);
+    if constexpr (LAZY) c.rescale_o(al0, al1);
     pin();
     sm90::wg_fence();
     c.issue_pv(stage_k(n - 1) + Tr::kKvBytes, pa);
@@ -200,10 +215,12 @@ template <typename T, int D>
 void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
   if (is_ws(variant)) {
-    const bool pp = variant == kPingPong;
-    auto kernel = pp ? attention_sm90_ws_kernel<T, D, true> : attention_sm90_ws_kernel<T, D, false>;
+    auto kernel = variant == kPingPong        ? attention_sm90_ws_kernel<T, D, true, true>
+                  : variant == kPingPongEager ? attention_sm90_ws_kernel<T, D, true, false>
+                                              : attention_sm90_ws_kernel<T, D, false, true>;
     static const bool configured = [&] {
-      for (auto k : {attention_sm90_ws_kernel<T, D, true>, attention_sm90_ws_kernel<T, D, false>})
+      for (auto k : {attention_sm90_ws_kernel<T, D, true, true>, attention_sm90_ws_kernel<T, D, true, false>,
+                     attention_sm90_ws_kernel<T, D, false, true>})
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, variant)));
       return true;
     }();

@@ -20,7 +20,11 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-template <typename T, int D>
+// LAZY (the default): a stale running max. A row's max moves only when a tile's max exceeds it by
+// more than kRescaleLog2 (base-2 units), so P <= 2^kRescaleLog2 and most tiles skip O's rescale
+// (exact: l, O and the LSE all use the same max; bf16/f16 P keep their relative precision). LAZY =
+// false is the session-3 softmax (the max moves on every tile), kept as the bench's A/B baseline.
+template <typename T, int D, bool LAZY = true>
 struct Consumer {
   using Tr = Traits<D>;
   int lane, rl0, rl1;  // the thread's two rows (CTA-local): lane/4 and lane/4 + 8 of its warp
@@ -30,6 +34,8 @@ struct Consumer {
   float s_log2, s_cap_in, s_cap_out;
   float o[Tr::kOAcc];
   float m0, m1, l0, l1;
+  bool rescale;  // some row of this warp moved its max in the last scores() (warp-uniform)
+  static constexpr float kRescaleLog2 = 8.f;
 
   // wg: consumer warpgroup (0/1, rows 64 wg ..), wwarp: warp in it, lane: lane in the warp.
   __device__ __forceinline__ void init(const Params& p, const Block& b, int wg, int wwarp, int lane_) {
@@ -59,6 +65,7 @@ struct Consumer {
     for (int i = 0; i < Tr::kOAcc; ++i) o[i] = 0.f;
     m0 = m1 = -INFINITY;
     l0 = l1 = 0.f;
+    rescale = true;
   }
 
   // Descriptors as (lo, hi) words: the start address sits in lo's low 14 bits (address / 16 of a
@@ -130,13 +137,25 @@ struct Consumer {
       c1 = fmaxf(c1, s[i + 3]);
     }
     const float mx0 = ptx::quad_max(fmaxf(a0, a1)), mx1 = ptx::quad_max(fmaxf(c0, c1));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float u = CAP ? 1.f : s_log2;
-    const float ms0 = mn0 == -INFINITY ? 0.f : mn0 * u, ms1 = mn1 == -INFINITY ? 0.f : mn1 * u;
-    al0 = ex2(fmaf(m0, u, -ms0));  // m = -inf (nothing seen yet): ex2(-inf) = 0
-    al1 = ex2(fmaf(m1, u, -ms1));
-    m0 = mn0;
-    m1 = mn1;
+    if constexpr (LAZY) {
+      // m = -inf (no key seen yet): (mx - m) u = +inf, the max moves (al = ex2(-inf) = 0). Both
+      // -inf (nothing visible yet): NaN, compares false, nothing moves.
+      const bool r0 = (mx0 - m0) * u > kRescaleLog2, r1 = (mx1 - m1) * u > kRescaleLog2;
+      al0 = r0 ? ex2((m0 - mx0) * u) : 1.f;
+      al1 = r1 ? ex2((m1 - mx1) * u) : 1.f;
+      m0 = r0 ? mx0 : m0;
+      m1 = r1 ? mx1 : m1;
+      rescale = __any_sync(0xffffffffu, r0 || r1);  // warp-uniform: rescale_o() skips 64 FMULs otherwise
+    } else {
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float ms0 = mn0 == -INFINITY ? 0.f : mn0 * u, ms1 = mn1 == -INFINITY ? 0.f : mn1 * u;
+      al0 = ex2(fmaf(m0, u, -ms0));  // m = -inf (nothing seen yet): ex2(-inf) = 0
+      al1 = ex2(fmaf(m1, u, -ms1));
+      m0 = mn0;
+      m1 = mn1;
+    }
+    const float ms0 = m0 == -INFINITY ? 0.f : m0 * u, ms1 = m1 == -INFINITY ? 0.f : m1 * u;
     float p0 = 0.f, p0b = 0.f, p1 = 0.f, p1b = 0.f;
 #pragma unroll
     for (int i = 0; i < Tr::kSAcc; i += 4) {
@@ -163,9 +182,10 @@ struct Consumer {
     }
   }
 
-  // Softmax, second half: O *= alpha per row, P (f32 in s) -> A fragments. O and P must not be in flight.
-  __device__ __forceinline__ void finish(const float (&s)[Tr::kSAcc], float al0, float al1,
-                                         uint32_t (&pa)[kTileKeys / 16][4]) {
+  // Softmax, second half, in two parts. O *= alpha per row (O must not be in flight); LAZY skips it
+  // when no row of the warp moved its max.
+  __device__ __forceinline__ void rescale_o(float al0, float al1) {
+    if (LAZY && !rescale) return;
 #pragma unroll
     for (int i = 0; i < Tr::kOAcc; i += 4) {
       o[i] *= al0;
@@ -173,8 +193,16 @@ struct Consumer {
       o[i + 2] *= al1;
       o[i + 3] *= al1;
     }
+  }
+  // P (f32 in s) -> A fragments (the previous P must not be in flight).
+  __device__ __forceinline__ void to_a(const float (&s)[Tr::kSAcc], uint32_t (&pa)[kTileKeys / 16][4]) {
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::acc_to_a<T>(s, kk, pa[kk]);
+  }
+  __device__ __forceinline__ void finish(const float (&s)[Tr::kSAcc], float al0, float al1,
+                                         uint32_t (&pa)[kTileKeys / 16][4]) {
+    rescale_o(al0, al1);
+    to_a(s, pa);
   }
 
   // Both halves (O must not be in flight).
