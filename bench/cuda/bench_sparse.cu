@@ -5,9 +5,9 @@
 // FLOPs = 2 * rows * h_q * topk * (576 + 512). CUDA events, median after warm-up; decode pools and q
 // sets far larger than L2, random slots per row.
 //
-// Every case prints the selector's split count (the top-k list of a row cut across CTAs when rows x
-// head blocks underfill the GPU), ring depth and CTAs per SM; "forced" cases override them (sweeps).
-// Times include the split combine.
+// Every case prints the kernel that ran (sm80_* portable mma.sync, sm90_* Hopper wgmma) and the selector's split count
+// (the top-k list of a row cut across CTAs when rows x head blocks underfill the GPU), ring depth and CTAs per SM;
+// "forced" cases override them (sweeps). Times include the split combine.
 //
 // Usage: bench_sparse [--quick] [filter-substring]
 #include <string>
@@ -40,6 +40,8 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
                      std::to_string(topk) + (fp8 ? " fp8" : " bf16");
   if (tune.num_splits > 0) name += " forced splits " + std::to_string(tune.num_splits);
   if (tune.stages > 0) name += " stages " + std::to_string(tune.stages);
+  if (tune.sm90 == 0) name += " portable";
+  if (tune.sm90 == 1) name += " hopper";
   if (!selected(name)) return;
   const int64_t row_bytes = fp8 ? 656 : 1152;
   Buffer kv(std::size_t(pool_tokens * row_bytes), Device::cuda());
@@ -77,9 +79,9 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
   const double flops = 2.0 * double(rows) * double(h_q) * double(topk) * (576 + 512);
   const double bytes = double(rows) * topk * row_bytes + double(q_set) + double(rows * h_q * 512) * 2;
   char note[256];
-  std::snprintf(note, sizeof note, "splits %d (x%d tiles) stages %d ctas/SM %d | %.2fx of %s (%.0f TFLOP/s)",
-                cfg.num_splits, cfg.split_tiles, cfg.stages, cfg.ctas_per_sm, flops / us * 1e-6 / peer_tflops,
-                peer.c_str(), peer_tflops);
+  std::snprintf(note, sizeof note, "%s splits %d (x%d tiles) stages %d ctas/SM %d | %.2fx of %s (%.0f TFLOP/s)",
+                cuda::sparse_mla_op::kernel_name(cfg.kernel), cfg.num_splits, cfg.split_tiles, cfg.stages,
+                cfg.ctas_per_sm, flops / us * 1e-6 / peer_tflops, peer.c_str(), peer_tflops);
   report(name, us, flops, bytes, note);
 }
 
@@ -99,6 +101,15 @@ int main(int argc, char** argv) try {
   bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 671, "FlashMLA");
   bench_case("sparse prefill s_kv 32K", 4096, 128, 2048, 32768, false, 623, "FlashMLA");
   bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 561, "FlashMLA");
+  // The two kernels on the Hopper kernel's shapes (h_q 64 / 128): portable mma.sync vs wgmma.
+  for (int k : {0, 1}) {
+    const Tuning t{.sm90 = k};
+    bench_case("sparse decode", 128, 128, 2048, pool, true, 367, "FlashMLA", t);
+    bench_case("sparse decode", 128, 64, 2048, pool, true, 299, "FlashMLA", t);
+    bench_case("sparse decode", 32, 128, 2048, pool, true, 226, "FlashMLA", t);
+    bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 671, "FlashMLA", t);
+    bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 561, "FlashMLA", t);
+  }
   // Split-K sweeps. h_q 16 (DeepSeek-V3.2 at TP 8): splits 1 / 2 / 4 / 8 at the selector's ring, then the
   // two halves of the change apart: the 2-stage ring unsplit (still one CTA per row: 128 CTAs), and
   // 2 splits with the deep ring (one CTA per SM).
