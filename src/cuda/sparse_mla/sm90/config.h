@@ -18,8 +18,8 @@ constexpr int kFp8TokenBytes = 656;  // Fp8MlaLayout::kBytes
 // warpgroups. setmaxnreg moves registers inside the launch allocation (168 per thread for 384
 // threads): a split that needs more makes the consumers' setmaxnreg.inc wait forever.
 constexpr int kThreads = 384;
-constexpr int kProducerRegs = 104;
-constexpr int kConsumerRegs = 200;
+constexpr int kProducerRegs = 120;
+constexpr int kConsumerRegs = 192;
 constexpr int kEntryRegs = 168;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kEntryRegs * kThreads,
               "setmaxnreg split exceeds the CTA's registers");

@@ -87,6 +87,44 @@ __device__ __forceinline__ void dequant16(const uint4 u, float scale, uint4& lo,
   lo = make_uint4(o[0], o[1], o[2], o[3]);
   hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
+
+// Half of one FP8-656 token in registers (a producer thread's share), then dequantized into the
+// bf16 tile. An invalid slot (sid < 0) is zeros.
+struct Fp8Half {
+  uint4 lat[16], rope[4];
+  float2 scale;
+  __device__ __forceinline__ void fetch(const Params& p, int sid, int half) {
+    if (sid >= 0) {
+      const uint8_t* src = p.kv + int64_t(sid) * p.kv_row_bytes;
+      const uint4* l = reinterpret_cast<const uint4*>(src) + 16 * half;
+      const uint4* r = reinterpret_cast<const uint4*>(src + 528) + 4 * half;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) lat[i] = __ldg(l + i);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) rope[i] = __ldg(r + i);
+      scale = __ldg(reinterpret_cast<const float2*>(src + 512) + half);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) lat[i] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) rope[i] = make_uint4(0, 0, 0, 0);
+      scale = make_float2(0.f, 0.f);
+    }
+  }
+  // Into the key's row of a 9-panel bf16 tile (generic base pointer of the stage).
+  __device__ __forceinline__ void store(char* tile, int key, int half) const {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      uint4 lo, hi;
+      dequant16(lat[i], i < 8 ? scale.x : scale.y, lo, hi);
+      const int ch = 32 * half + 2 * i;  // bf16 chunk of dims 8 ch ..
+      *reinterpret_cast<uint4*>(tile + tile_chunk(key, ch)) = lo;
+      *reinterpret_cast<uint4*>(tile + tile_chunk(key, ch + 1)) = hi;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<uint4*>(tile + tile_chunk(key, 64 + 4 * half + i)) = rope[i];
+  }
+};
 #endif
 
 template <bool kFp8>
@@ -152,14 +190,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla90_kernel(const Params 
       }
       return sid;
     };
-    int sid = slot_of(0);
-    for (int t = 0; t < num_tiles; ++t) {
-      const int s = t % kStages;
-      const int next = slot_of(t + 1);  // in flight during the wait and the copies
-      if (t >= kStages) sm90::mbar_wait(empty(s), ((t / kStages) - 1) & 1);
-      const uint32_t dst = stage(s);
-      const uint8_t* src = p.kv + int64_t(sid < 0 ? 0 : sid) * p.kv_row_bytes;
-      if constexpr (!kFp8) {
+    if constexpr (!kFp8) {
+      int sid = slot_of(0);
+      for (int t = 0; t < num_tiles; ++t) {
+        const int s = t % kStages;
+        const int next = slot_of(t + 1);  // in flight during the wait and the copies
+        if (t >= kStages) sm90::mbar_wait(empty(s), ((t / kStages) - 1) & 1);
+        const uint32_t dst = stage(s);
+        const uint8_t* src = p.kv + int64_t(sid < 0 ? 0 : sid) * p.kv_row_bytes;
 #pragma unroll 4
         for (int ch = half; ch < kDimQk / 8; ch += 2)
           ptx::cp_async_16(dst + tile_chunk(key, ch), src + ch * 16, sid >= 0 ? 16 : 0);
@@ -168,52 +206,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla90_kernel(const Params 
           sValid[s * kTileKeys + key] = sid >= 0;
           sm90::mbar_arrive(full(s));  // release: the mask byte is visible with the phase
         }
-      } else {
-        // Half h: latent dims [256 h, 256 h + 256) (16 chunks of e4m3, scales 2h and 2h + 1) and
-        // rope dims [32 h, 32 h + 32) (4 chunks of bf16).
-        const bool ok = sid >= 0;
-        const uint4 z = make_uint4(0, 0, 0, 0);
-        const uint4* lsrc = reinterpret_cast<const uint4*>(src) + 16 * half;
-        const uint4* rsrc = reinterpret_cast<const uint4*>(src + 528) + 4 * half;
-        char* gdst = smem + L.ring + std::size_t(s) * kTileBytes;
-        // Two batches of 8 latent chunks (one scale each) + the rope chunks with the first: the loads
-        // of a batch are in flight together, within the producer's register budget.
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          uint4 lat[8], rope[4];
-          float scale = 0.f;
-          if (ok) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) lat[i] = __ldg(lsrc + 8 * b + i);
-            if (b == 0) {
-#pragma unroll
-              for (int i = 0; i < 4; ++i) rope[i] = __ldg(rsrc + i);
-            }
-            scale = __ldg(reinterpret_cast<const float*>(src + 512) + 2 * half + b);
-          } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) lat[i] = z;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) rope[i] = z;
-          }
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            uint4 lo, hi;
-            dequant16(lat[i], scale, lo, hi);
-            const int ch = 32 * half + 16 * b + 2 * i;  // bf16 chunk of dims 8 ch ..
-            *reinterpret_cast<uint4*>(gdst + tile_chunk(key, ch)) = lo;
-            *reinterpret_cast<uint4*>(gdst + tile_chunk(key, ch + 1)) = hi;
-          }
-          if (b == 0) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) *reinterpret_cast<uint4*>(gdst + tile_chunk(key, 64 + 4 * half + i)) = rope[i];
-          }
-        }
-        if (half == 0) sValid[s * kTileKeys + key] = ok;
+        sid = next;
+      }
+    } else {
+      // Half h of a token: latent dims [256 h, 256 h + 256) (16 chunks of e4m3, scales 2h and 2h + 1)
+      // and rope dims [32 h, 32 h + 32) (4 chunks of bf16). The raw bytes of tile t + 1 are loaded
+      // into registers right after tile t is stored, so their latency runs under the wait for the
+      // stage (the consumers' math on the previous tile), not after it.
+      Fp8Half raw;
+      int sid = slot_of(0);
+      raw.fetch(p, sid, half);
+      int sid_next = slot_of(1);
+      for (int t = 0; t < num_tiles; ++t) {
+        const int s = t % kStages;
+        const int sid_after = slot_of(t + 2);
+        if (t >= kStages) sm90::mbar_wait(empty(s), ((t / kStages) - 1) & 1);
+        raw.store(smem + L.ring + std::size_t(s) * kTileBytes, key, half);
+        if (half == 0) sValid[s * kTileKeys + key] = sid >= 0;
         sm90::fence_proxy_async();  // the stores, seen by wgmma's async proxy
         sm90::mbar_arrive(full(s));
+        sid = sid_next;
+        sid_next = sid_after;
+        if (t + 1 < num_tiles) raw.fetch(p, sid, half);
       }
-      sid = next;
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
