@@ -18,13 +18,10 @@ constexpr int kFp8TokenBytes = 656;  // Fp8MlaLayout::kBytes
 // warpgroups. setmaxnreg moves registers inside the launch allocation (168 per thread for 384
 // threads): a split that needs more makes the consumers' setmaxnreg.inc wait forever.
 constexpr int kThreads = 384;
+constexpr int kProducerRegs = 120;
+constexpr int kConsumerRegs = 192;
 constexpr int kEntryRegs = 168;
-// Per cache kind (ptxas -v: no spills with these): the FP8 producer holds a tile's half tokens in
-// registers (80) and needs more than the bf16 one, whose cp.async copies need none.
-constexpr int producer_regs(bool fp8) { return fp8 ? 136 : 104; }
-constexpr int consumer_regs(bool fp8) { return fp8 ? 176 : 200; }
-static_assert(128 * producer_regs(false) + 256 * consumer_regs(false) <= kEntryRegs * kThreads &&
-                  128 * producer_regs(true) + 256 * consumer_regs(true) <= kEntryRegs * kThreads,
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kEntryRegs * kThreads,
               "setmaxnreg split exceeds the CTA's registers");
 
 // SW128 panels (common/sm90/wgmma.cuh): 64 rows x 64 bf16 = 8 KB; a 576-wide tile is 9 panels.

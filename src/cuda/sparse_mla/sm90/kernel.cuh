@@ -73,11 +73,6 @@ __device__ __forceinline__ char* smem_base() {
   return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 }
 
-// Brings `bytes` (a multiple of 16, 16-byte aligned) at `src` into L2 without waiting (bulk prefetch).
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // Dequantizes 16 e4m3 values (one 16-byte chunk) times `scale` into 16 bf16 (two chunks).
 __device__ __forceinline__ void dequant16(const uint4 u, float scale, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -174,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla90_kernel(const Params 
 
   if (wg == 0) {
     // ---------------- producer
-    sm90::setmaxnreg_dec<producer_regs(kFp8)>();
+    sm90::setmaxnreg_dec<kProducerRegs>();
     if (num_tiles == 0) return;
     const int key = tid >> 1, half = tid & 1;
     // Q block (zero rows past h_q): thread = (head, half of the chunks).
@@ -217,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla90_kernel(const Params 
       // Half h of a token: latent dims [256 h, 256 h + 256) (16 chunks of e4m3, scales 2h and 2h + 1)
       // and rope dims [32 h, 32 h + 32) (4 chunks of bf16). The raw bytes of tile t + 1 are loaded
       // into registers right after tile t is stored, so their latency runs under the wait for the
-      // stage (the consumers' math on the previous tile), not after it; tile t + 2 is prefetched into L2.
+      // stage (the consumers' math on the previous tile), not after it.
       Fp8Half raw;
       int sid = slot_of(0);
       raw.fetch(p, sid, half);
@@ -233,9 +228,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla90_kernel(const Params 
         sid = sid_next;
         sid_next = sid_after;
         if (t + 1 < num_tiles) raw.fetch(p, sid, half);
-        // Tile t + 2's tokens into L2 now, so its register loads next iteration hit L2: the
-        // registers hold one tile, the prefetch keeps a second one in flight from HBM.
-        if (half == 0 && sid_next >= 0) prefetch_l2(p.kv + int64_t(sid_next) * p.kv_row_bytes, kFp8TokenBytes);
       }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
@@ -243,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla90_kernel(const Params 
   }
 
   // ---------------- consumers
-  sm90::setmaxnreg_inc<consumer_regs(kFp8)>();
+  sm90::setmaxnreg_inc<kConsumerRegs>();
   const int w = wg - 1, wwarp = warp & 3;
   const int r0 = 16 * wwarp + (lane >> 2), r1 = r0 + 8;  // the thread's two heads (CTA-local)
   float o[2][64];                                        // dims 256 w + 128 j + acc_col(lane, i)
