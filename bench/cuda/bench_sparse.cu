@@ -1,13 +1,14 @@
-// Sparse MLA speed (a benchmark, not a test), against FlashMLA's figures measured on this H200
-// (shared/ANCHORS.md): FP8-656 sparse decode (b 128, h_q 128, topk 2048: 367 TFLOP/s), h_q 64 (299),
-// h_q 16 and 32 against FlashMLA padded to 64 heads (its time at h_q 64, so its useful TFLOP/s are a
-// quarter / half of 299), bf16 sparse prefill (s_q 4096, h_q 128, topk 2048 over 8K keys: 671).
+// Sparse MLA speed (a benchmark, not a test), against FlashMLA's figures measured on this H200 in the
+// same process (shared/ANCHORS.md, 2026-12-01): FP8-656 sparse decode (b 128, h_q 128, topk 2048: 387
+// TFLOP/s), h_q 64 (316), b 32 (277); h_q 16 and 32 against FlashMLA padded to 64 heads (its time at
+// h_q 64, so its useful TFLOP/s are a quarter / half of 316); bf16 sparse prefill (s_q 4096, topk 2048
+// over 8K / 32K keys: 594 / 564 at h_q 128, 644 at h_q 64).
 // FLOPs = 2 * rows * h_q * topk * (576 + 512). CUDA events, median after warm-up; decode pools and q
 // sets far larger than L2, random slots per row.
 //
-// Every case prints the selector's split count (the top-k list of a row cut across CTAs when rows x
-// head blocks underfill the GPU), ring depth and CTAs per SM; "forced" cases override them (sweeps).
-// Times include the split combine.
+// Every case prints the kernel that ran (sm80_* portable mma.sync, sm90_* Hopper wgmma) and the selector's split count
+// (the top-k list of a row cut across CTAs when rows x head blocks underfill the GPU), ring depth and CTAs per SM;
+// "forced" cases override them (sweeps). Times include the split combine.
 //
 // Usage: bench_sparse [--quick] [filter-substring]
 #include <string>
@@ -40,6 +41,8 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
                      std::to_string(topk) + (fp8 ? " fp8" : " bf16");
   if (tune.num_splits > 0) name += " forced splits " + std::to_string(tune.num_splits);
   if (tune.stages > 0) name += " stages " + std::to_string(tune.stages);
+  if (tune.sm90 == 0) name += " portable";
+  if (tune.sm90 == 1) name += " hopper";
   if (!selected(name)) return;
   const int64_t row_bytes = fp8 ? 656 : 1152;
   Buffer kv(std::size_t(pool_tokens * row_bytes), Device::cuda());
@@ -77,9 +80,9 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
   const double flops = 2.0 * double(rows) * double(h_q) * double(topk) * (576 + 512);
   const double bytes = double(rows) * topk * row_bytes + double(q_set) + double(rows * h_q * 512) * 2;
   char note[256];
-  std::snprintf(note, sizeof note, "splits %d (x%d tiles) stages %d ctas/SM %d | %.2fx of %s (%.0f TFLOP/s)",
-                cfg.num_splits, cfg.split_tiles, cfg.stages, cfg.ctas_per_sm, flops / us * 1e-6 / peer_tflops,
-                peer.c_str(), peer_tflops);
+  std::snprintf(note, sizeof note, "%s splits %d (x%d tiles) stages %d ctas/SM %d | %.2fx of %s (%.0f TFLOP/s)",
+                cuda::sparse_mla_op::kernel_name(cfg.kernel), cfg.num_splits, cfg.split_tiles, cfg.stages,
+                cfg.ctas_per_sm, flops / us * 1e-6 / peer_tflops, peer.c_str(), peer_tflops);
   report(name, us, flops, bytes, note);
 }
 
@@ -88,31 +91,40 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
 int main(int argc, char** argv) try {
   if (!bench_start(argc, argv, "== bench_sparse (median; KV bytes = rows * topk * (656 | 1152))")) return 0;
   const int64_t pool = int64_t(1) << 20;  // 1M tokens: 688 MB (FP8) / 1.2 GB (bf16)
-  bench_case("sparse decode", 128, 128, 2048, pool, true, 367, "FlashMLA");
-  bench_case("sparse decode", 128, 64, 2048, pool, true, 299, "FlashMLA");
-  bench_case("sparse decode", 128, 32, 2048, pool, true, 299.0 / 2, "FlashMLA padded to 64 heads");
-  bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
-  bench_case("sparse decode (b 64, s_q 2)", 128, 128, 2048, pool, true, 368, "FlashMLA");
-  bench_case("sparse decode", 32, 128, 2048, pool, true, 226, "FlashMLA");
+  bench_case("sparse decode", 128, 128, 2048, pool, true, 387, "FlashMLA");
+  bench_case("sparse decode", 128, 64, 2048, pool, true, 316, "FlashMLA");
+  bench_case("sparse decode", 128, 32, 2048, pool, true, 316.0 / 2, "FlashMLA padded to 64 heads");
+  bench_case("sparse decode", 128, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads");
+  bench_case("sparse decode (b 64, s_q 2)", 128, 128, 2048, pool, true, 387, "FlashMLA");
+  bench_case("sparse decode", 32, 128, 2048, pool, true, 277, "FlashMLA");
   bench_case("sparse decode", 128, 128, 2048, pool, false, 246, "FA3 qv, page-1 table");
   bench_case("sparse decode", 128, 16, 2048, pool, false, 45, "FA3 qv, page-1 table");
-  bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 671, "FlashMLA");
-  bench_case("sparse prefill s_kv 32K", 4096, 128, 2048, 32768, false, 623, "FlashMLA");
-  bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 561, "FlashMLA");
+  bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 594, "FlashMLA");
+  bench_case("sparse prefill s_kv 32K", 4096, 128, 2048, 32768, false, 564, "FlashMLA");
+  bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 644, "FlashMLA");
+  // The two kernels on the Hopper kernel's shapes (h_q 64 / 128): portable mma.sync vs wgmma.
+  for (int k : {0, 1}) {
+    const Tuning t{.sm90 = k};
+    bench_case("sparse decode", 128, 128, 2048, pool, true, 387, "FlashMLA", t);
+    bench_case("sparse decode", 128, 64, 2048, pool, true, 316, "FlashMLA", t);
+    bench_case("sparse decode", 32, 128, 2048, pool, true, 277, "FlashMLA", t);
+    bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 594, "FlashMLA", t);
+    bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 644, "FlashMLA", t);
+  }
   // Split-K sweeps. h_q 16 (DeepSeek-V3.2 at TP 8): splits 1 / 2 / 4 / 8 at the selector's ring, then the
   // two halves of the change apart: the 2-stage ring unsplit (still one CTA per row: 128 CTAs), and
   // 2 splits with the deep ring (one CTA per SM).
   for (int s : {1, 2, 4, 8})
-    bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {s, 0});
-  bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
-  bench_case("sparse decode", 128, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {2, 7});
-  bench_case("sparse decode", 64, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
+    bench_case("sparse decode", 128, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads", {s, 0});
+  bench_case("sparse decode", 128, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
+  bench_case("sparse decode", 128, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads", {2, 7});
+  bench_case("sparse decode", 64, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads");
   // 256 rows x h_q 16 fill the GPU unsplit (deep ring, one CTA per SM, 2 waves); the 2-stage ring runs
   // them as one wave of two CTAs per SM: whether the unsplit HB 16 default should change too.
-  bench_case("sparse decode", 256, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads");
-  bench_case("sparse decode", 256, 16, 2048, pool, true, 299.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
+  bench_case("sparse decode", 256, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads");
+  bench_case("sparse decode", 256, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
   // h_q 128 at 32 rows (64 CTAs of HB 64): splits 1 / 2 / 4.
-  for (int s : {1, 2, 4}) bench_case("sparse decode", 32, 128, 2048, pool, true, 226, "FlashMLA", {s, 0});
+  for (int s : {1, 2, 4}) bench_case("sparse decode", 32, 128, 2048, pool, true, 277, "FlashMLA", {s, 0});
   return 0;
 } catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
   std::fprintf(stderr, "%s: %s\n", "bench_sparse", e.what());

@@ -148,15 +148,17 @@ cuda::sparse_mla_op::Problem sparse(int64_t rows, int h_q, int64_t topk, bool fp
       .rows = rows, .h_q = h_q, .d_qk = 576, .topk = topk, .kv_dtype = fp8 ? DType::u8 : DType::bf16};
 }
 
+const cuda::sparse_mla_op::Targets kPortableOnly{.sm90a = false}, kWithSm90{.sm90a = true};
+
 TEST(OpPlanSparseMla, HeadBlocksKernelsAndSplits) {
   using cuda::sparse_mla_op::Kernel;
-  const auto d16 = cuda::sparse_mla_op::make_plan(sparse(128, 16, 2048, true), kH200);
+  const auto d16 = cuda::sparse_mla_op::make_plan(sparse(128, 16, 2048, true), kH200, {}, kPortableOnly);
   EXPECT_EQ(d16.kernel, Kernel::sm80_fp8);
   EXPECT_EQ(d16.head_block, 16);
   EXPECT_EQ(d16.ctas_per_sm, 2);
   EXPECT_GE(d16.num_splits, 2);  // 128 CTAs on 264 slots
   EXPECT_GT(workspace_size(d16), 0u);
-  const auto d128 = cuda::sparse_mla_op::make_plan(sparse(128, 128, 2048, false), kH200);
+  const auto d128 = cuda::sparse_mla_op::make_plan(sparse(128, 128, 2048, false), kH200, {}, kPortableOnly);
   EXPECT_EQ(d128.kernel, Kernel::sm80_bf16);
   EXPECT_EQ(d128.head_block, 64);
   EXPECT_EQ(d128.head_blocks, 2);
@@ -168,6 +170,34 @@ TEST(OpPlanSparseMla, HeadBlocksKernelsAndSplits) {
   auto det = sparse(1, 16, 2048, true);
   det.deterministic = true;
   EXPECT_EQ(cuda::sparse_mla_op::make_plan(det, kH200).num_splits, 1);
+}
+
+// The Hopper kernel (built and an sm_90 device): the auto choice for head counts that fill its blocks
+// of 64, on request for the others; 64-key tiles; never on sm_80.
+TEST(OpPlanSparseMla, HopperKernelWhereItFits) {
+  using cuda::sparse_mla_op::Kernel;
+  using cuda::sparse_mla_op::make_plan;
+  const auto d128 = make_plan(sparse(128, 128, 2048, true), kH200, {}, kWithSm90);
+  EXPECT_EQ(d128.kernel, Kernel::sm90_fp8);
+  EXPECT_EQ(d128.head_block, 64);
+  EXPECT_EQ(d128.head_blocks, 2);
+  EXPECT_EQ(d128.tile_keys, 64);
+  EXPECT_EQ(d128.num_splits, 1);  // 256 CTAs fill 132 SMs
+  EXPECT_LE(d128.smem, kH200.smem_per_block);
+  EXPECT_EQ(make_plan(sparse(4096, 64, 2048, false), kH200, {}, kWithSm90).kernel, Kernel::sm90_bf16);
+  EXPECT_GE(make_plan(sparse(32, 128, 2048, true), kH200, {}, kWithSm90).num_splits, 2);  // 64 CTAs
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 1}, kWithSm90).kernel, Kernel::sm90_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 128, 2048, true), kH200, {.sm90 = 0}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 128, 2048, true), kA100, {.sm90 = 1}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 128, 2048, true), kH200, {.sm90 = 1}, kPortableOnly).kernel, Kernel::sm80_fp8);
+  const auto cut = make_plan(sparse(2, 64, 500, true), kH200, {.num_splits = 3}, kWithSm90);
+  EXPECT_EQ(cut.num_splits, 3);
+  EXPECT_EQ(cut.split_tiles, 3);  // 8 tiles of 64: 3 / 3 / 2
+  auto det = sparse(1, 128, 2048, true);
+  det.deterministic = true;
+  EXPECT_EQ(make_plan(det, kH200, {}, kWithSm90).num_splits, 1);
 }
 
 TEST(OpPlanSparseMla, ForcedSplitsCutTheListEvenly) {

@@ -1,12 +1,15 @@
 // Front of sparse MLA on CUDA (sparse_mla.h): the checks only CUDA needs (alignment, workspace), the
 // Params of a call, and the launch of its plan's kernel (plan.h: the sm80 mma.sync kernel over the bf16
-// or the FP8-656 cache, sm80/kernel.cuh) and, when the top-k list is split, the combine
-// (sm80/combine.cu). The dispatcher (src/ops/sparse_mla.cpp) validated shapes and dtypes; index values
-// live in device memory and are clamped by the kernel (slots outside [0, num_slots) skipped,
-// topk_length clamped).
+// or the FP8-656 cache, sm80/kernel.cuh, or the Hopper wgmma kernel, sm90/kernel.cuh) and, when the
+// top-k list is split, the combine (sm80/combine.cu: both kernels leave the same partial states). The dispatcher
+// (src/ops/sparse_mla.cpp) validated shapes and dtypes; index values live in device memory and are clamped by the
+// kernel (slots outside [0, num_slots) skipped, topk_length clamped).
 #include "cuda/common/host_util.cuh"
 #include "cuda/cuda_ops.h"
 #include "cuda/sparse_mla/sm80/sparse_mla_sm80.h"
+#ifdef ATTNSERVE_HAVE_SM90
+#include "cuda/sparse_mla/sm90/sparse_mla_sm90.h"
+#endif
 #include "cuda/sparse_mla/sparse_mla_api.h"
 
 namespace attnserve::cuda::sparse_mla_op {
@@ -86,6 +89,15 @@ void run(const SparseMlaArgs& a, const Plan& plan, Workspace ws, Stream stream) 
   switch (c.kernel) {
     case Kernel::sm80_fp8: launch_fp8(p, c.head_block, c.smem, stream.handle); break;
     case Kernel::sm80_bf16: launch_bf16(p, c.head_block, c.smem, stream.handle); break;
+    case Kernel::sm90_bf16:
+    case Kernel::sm90_fp8:
+#ifdef ATTNSERVE_HAVE_SM90
+      if (c.kernel == Kernel::sm90_fp8) sparse_mla90::launch_fp8(p, static_cast<cudaStream_t>(stream.handle));
+      else sparse_mla90::launch_bf16(p, static_cast<cudaStream_t>(stream.handle));
+      break;
+#else
+      ATTNSERVE_CHECK(false, kOp, ": the plan asks for the Hopper kernel, which this build lacks");
+#endif
   }
   if (c.num_splits > 1) launch_combine(p, stream.handle);
 }

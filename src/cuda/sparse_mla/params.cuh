@@ -35,7 +35,7 @@ struct Params {
   // of the row's clamped length and, when num_splits > 1, writes its unnormalized partial state to the
   // workspace instead of out / lse / max_logits (sparse_mla_combine.cu finishes the row).
   int num_splits;   // 1: the CTA owns the whole row and writes the final outputs
-  int split_tiles;  // 32-key tiles per split
+  int split_tiles;  // tiles per split (the kernel's tile: 32 keys sm80, 64 sm90)
   float* part_o;    // [num_splits, rows, h_q, 512] f32: sum_j 2^(s_j - m) v_j over the split's keys
   float2* part_ml;  // [num_splits, rows, h_q] f32 pairs: (m, l) in base-2 scaled units; m = -inf: empty split
 };

@@ -1,4 +1,5 @@
-// Sparse MLA's plan (plan.h): head block, split-K count and ring depth of the portable kernels.
+// Sparse MLA's plan (plan.h): the kernel (portable mma.sync or Hopper wgmma), head block, split-K count
+// and ring depth.
 #include "cuda/sparse_mla/plan.h"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include "attnserve/cache_formats.h"
 #include "attnserve/error.h"
 #include "cuda/sparse_mla/sm80/config.h"
+#include "cuda/sparse_mla/sm90/config.h"
 
 namespace attnserve::cuda::sparse_mla_op {
 namespace {
@@ -19,7 +21,28 @@ constexpr int kMinTilesPerSplit = 4;
 int head_block_of(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
 static_assert(HeadBlocks::contains(16) && HeadBlocks::contains(32) && HeadBlocks::contains(64));
 
+// The Hopper kernel can run the problem: built, sm_90 device, room for its shared memory. It takes
+// blocks of 64 heads (fewer: zero rows of Q, computed and never stored).
+bool sm90_can_run(const DeviceCaps& caps, const Targets& t) {
+  return t.sm90a && caps.arch == 90 && sparse_mla90::smem_bytes() <= caps.smem_per_block;
+}
+// ... and is the auto choice: head counts that fill its 64-head blocks (h_q 16 / 32 keep the
+// portable kernel's smaller head blocks).
+bool sm90_auto(const Problem& p) { return p.h_q % sparse_mla90::kHeadBlock == 0; }
+
 }  // namespace
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::sm80_bf16: return "sm80_bf16";
+    case Kernel::sm80_fp8: return "sm80_fp8";
+    case Kernel::sm90_bf16: return "sm90_bf16";
+    case Kernel::sm90_fp8: return "sm90_fp8";
+  }
+  return "?";
+}
+
+Targets Targets::built() { return Targets{.sm90a = sparse_mla90::kBuilt}; }
 
 Problem problem_of(const SparseMlaArgs& a) {
   return Problem{.rows = a.q.size(0),
@@ -45,6 +68,30 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
   return {};
 }
 
+namespace {
+// The Hopper kernel: blocks of 64 heads, 64-key tiles in a 2-stage ring, one CTA per SM (its 226 KB
+// of shared memory); split-K when rows x head blocks underfill the SMs, as for the portable kernel.
+Plan make_sm90_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune) {
+  const Problem& p = c.problem;
+  c.kernel = p.kv_dtype == DType::u8 ? Kernel::sm90_fp8 : Kernel::sm90_bf16;
+  c.head_block = sparse_mla90::kHeadBlock;
+  c.head_blocks = int(ceil_div(std::max<int64_t>(p.h_q, 1), c.head_block));
+  c.tile_keys = sparse_mla90::kTileKeys;
+  c.stages = sparse_mla90::kStages;
+  c.ctas_per_sm = 1;
+  c.smem = sparse_mla90::smem_bytes();
+  const int tiles = int(std::max<int64_t>(1, ceil_div(p.topk, c.tile_keys)));
+  int splits = 1;
+  if (!p.deterministic) splits = heuristic_splits(p.rows * c.head_blocks, caps.num_sms, tiles / 2);  // >= 128 keys
+  if (tune.num_splits > 0) splits = std::min(tune.num_splits, tiles);
+  c.split_tiles = int(ceil_div(tiles, splits));
+  c.num_splits = int(ceil_div(tiles, c.split_tiles));
+  ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
+  c.ws_bytes = workspace_layout(c, nullptr).bytes;
+  return c;
+}
+}  // namespace
+
 // Heads per CTA: the smallest of 16 / 32 / 64 that holds h_q (larger h_q: several blocks of 64).
 // Unsplit (the grid fills the GPU, e.g. 128 rows x h_q 128 = 256 CTAs): as many tiles in flight as one
 // CTA's shared memory allows. Split-K when rows x head blocks leave the GPU underfilled
@@ -52,13 +99,15 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
 // split_tiles tiles; HB 16 then takes the deepest ring that lets two CTAs share an SM (H200: 2 stages,
 // 106 KB), since one 8-warp CTA per SM is latency-bound on its gathers (128 rows x h_q 16: 175 us
 // against a 41 us memory floor, NOTES.md) and splitting only helps when the extra CTAs run side by side.
-Plan make_plan(const Problem& p, const DeviceCaps& caps, const SparseMlaTuning& tune) {
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const SparseMlaTuning& tune, const Targets& targets) {
   const Support s = can_implement(p, caps);
   ATTNSERVE_CHECK(s.ok(), s.reason);
   Plan c;
   c.problem = p;
   const int64_t rows = p.rows, h_q = p.h_q;
   const bool fp8 = p.kv_dtype == DType::u8;
+  const bool sm90 = sm90_can_run(caps, targets) && (tune.sm90 > 0 || (tune.sm90 < 0 && sm90_auto(p)));
+  if (sm90) return make_sm90_plan(c, caps, tune);
   c.kernel = fp8 ? Kernel::sm80_fp8 : Kernel::sm80_bf16;
   c.head_block = head_block_of(h_q);
   c.head_blocks = int(ceil_div(std::max<int64_t>(h_q, 1), c.head_block));

@@ -28,31 +28,45 @@ Problem problem_of(const SparseMlaArgs& a);
 enum class Kernel : int {
   sm80_bf16 = 0,  // portable mma.sync kernel over the bf16 cache
   sm80_fp8 = 1,   // the same over the FP8-656 cache (dequantized per tile in shared memory)
+  sm90_bf16 = 2,  // Hopper wgmma kernel (sm90/kernel.cuh), 64 heads per CTA, over the bf16 cache
+  sm90_fp8 = 3,   // the same over the FP8-656 cache (dequantized by its producer warpgroup)
 };
+const char* kernel_name(Kernel k);
+inline bool is_sm90(Kernel k) { return k == Kernel::sm90_bf16 || k == Kernel::sm90_fp8; }
 
 struct Plan {
   Problem problem;
   Kernel kernel = Kernel::sm80_bf16;
   int head_block = 64;  // heads per CTA: 16, 32 or 64
   int head_blocks = 1;
-  int stages = 2;       // 32-key tiles in flight per CTA
+  int tile_keys = 32;   // keys per pipeline stage: 32 (sm80) or 64 (sm90)
+  int stages = 2;       // tiles in flight per CTA
   int ctas_per_sm = 1;  // what the shared memory (and the register cap of HB 16) allow
   int num_splits = 1;   // CTAs per (row, head block); > 1: partial states in the workspace + combine
-  int split_tiles = 1;  // 32-key tiles per split
+  int split_tiles = 1;  // tiles (of tile_keys) per split
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
 };
 using SparseMlaConfig = Plan;  // the name tests and benchmarks knew
 
-// 0 keeps the plan's choice. num_splits is clamped to the number of 32-key tiles of topk (and
-// recomputed so that no split is structurally empty); stages must fit the device.
+// 0 keeps the plan's choice. num_splits is clamped to the number of tiles of topk (and recomputed
+// so that no split is structurally empty); stages must fit the device (sm80 kernels only).
+// sm90: -1 auto, 0 never (portable kernel), 1 the Hopper kernel wherever it can run the call.
 struct SparseMlaTuning {
   int num_splits = 0;
   int stages = 0;
+  int sm90 = -1;
+};
+
+// Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.
+struct Targets {
+  bool sm90a = false;
+  static Targets built();
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);
-Plan make_plan(const Problem& p, const DeviceCaps& caps, const SparseMlaTuning& tune = {});
+Plan make_plan(const Problem& p, const DeviceCaps& caps, const SparseMlaTuning& tune = {},
+               const Targets& targets = Targets::built());
 inline std::size_t workspace_size(const Plan& plan) { return plan.ws_bytes; }
 
 // The split-K partial states (num_splits > 1); with a null base only the size is counted.

@@ -1,0 +1,15 @@
+// Internal entries of the Hopper sparse MLA kernels (built only with sm_90a, ATTNSERVE_HAVE_SM90).
+// The plan (../plan.cpp) decides when they run; the front launcher (../launch.cu) calls these, and
+// the split combine of the portable path finishes split rows (same partial-state layout, params.cuh).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/sparse_mla/params.cuh"
+
+namespace attnserve::cuda::sparse_mla90 {
+
+// Grid (rows x head_blocks, num_splits) of 64-head CTAs; p.split_tiles counts 64-key tiles.
+void launch_bf16(const sparse_mla_op::Params& p, cudaStream_t stream);  // bf16 cache
+void launch_fp8(const sparse_mla_op::Params& p, cudaStream_t stream);   // FP8-656 cache
+
+}  // namespace attnserve::cuda::sparse_mla90
