@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnserve/backend.h"
+#include "attnserve/ops.h"
 
 using namespace attnserve;
 
@@ -102,6 +103,43 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
   const TensorView ov = TensorView::contiguous(out.data(), DType::bf16, {q_rows, h_q, d}, Device::cuda());
   fill_bf16(qv, 3);
 
+  // The three parts of a tree verify, timed alone with the tree backend's metadata (the breakdown).
+  double us_prefix = 0, us_part = 0, us_merge = 0;
+  auto parts = [&](const DenseMetadata& m) {
+    const int64_t rows = m.num_q_rows;
+    Buffer o1(size_t(rows) * h_q * d * 2, Device::cuda()), o2(size_t(rows) * h_q * d * 2, Device::cuda());
+    Buffer l1(size_t(rows) * h_q * 4, Device::cuda()), l2(size_t(rows) * h_q * 4, Device::cuda());
+    auto v3 = [&](Buffer& b) { return TensorView::contiguous(b.data(), DType::bf16, {rows, h_q, d}, Device::cuda()); };
+    auto v2 = [&](Buffer& b) { return TensorView::contiguous(b.data(), DType::f32, {rows, h_q}, Device::cuda()); };
+    const PagedAttentionArgs pa{.q = qv,
+                                .k_cache = pool.k_paged(0, P),
+                                .v_cache = pool.v_paged(0, P),
+                                .page_table = m.page_table,
+                                .cache_seqlens = m.cache_seqlens_int32,
+                                .cu_seqlens_q = m.cu_seqlens_q,
+                                .out = v3(o1),
+                                .lse = v2(l1),
+                                .max_seqlen_q = m.max_seq_len_q,
+                                .softmax_scale = 0.088f,
+                                .causal = false};
+    Buffer ws(std::max<std::size_t>(1, paged_attention_workspace_size(pa, query_device_caps(Device::cuda()))),
+              Device::cuda());
+    us_prefix = median_us([&] { paged_attention(pa, Workspace{ws.data(), ws.bytes()}); });
+    const TreeAttentionArgs ta{.q = qv,
+                               .k_cache = pool.k(0),
+                               .v_cache = pool.v(0),
+                               .key_slots = m.tree.key_slots,
+                               .num_keys = m.tree.num_keys,
+                               .cu_seqlens_q = m.cu_seqlens_q,
+                               .mask = m.tree.mask,
+                               .out = v3(o2),
+                               .lse = v2(l2),
+                               .max_seqlen_q = m.max_seq_len_q,
+                               .softmax_scale = 0.088f};
+    us_part = median_us([&] { tree_attention(ta); });
+    us_merge =
+        median_us([&] { merge_state({.v_a = v3(o1), .s_a = v2(l1), .v_b = v3(o2), .s_b = v2(l2), .v_out = ov}); });
+  };
   auto run = [&](int topk) {
     DenseBackendConfig c{.arch = AttentionArch::mha,
                          .num_q_heads = h_q,
@@ -119,13 +157,17 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
     BatchSpec b{.mode = ForwardMode::target_verify, .seq_lens = seqs, .req_pool_indices = rows};
     if (topk > 1) b.tree_parents = parents;
     be.init_forward_metadata(b);
-    return median_us([&] { be.forward_extend({.q = qv, .out = ov}, LayerSpec{.layer_id = 0}); });
+    const double us = median_us([&] { be.forward_extend({.q = qv, .out = ov}, LayerSpec{.layer_id = 0}); });
+    if (topk > 1) parts(be.forward_metadata());
+    return us;
   };
   const double us_tree = run(4), us_linear = run(1);
   // Bytes either path must move: K+V of every key once per request, q and out.
   const double bytes = double(bs) * ctx * h_kv * 2 * d * 2 + 2.0 * double(q_rows) * h_q * d * 2;
   std::printf("%-52s tree %8.1f us %6.0f GB/s | linear %8.1f us %6.0f GB/s | tree/linear GB/s %5.1f%%\n", name.c_str(),
               us_tree, bytes / us_tree * 1e-3, us_linear, bytes / us_linear * 1e-3, 100.0 * us_linear / us_tree);
+  std::printf("%-52s   parts: prefix (causal off) %8.1f us, tree_attention %8.1f us, merge_state %8.1f us\n", "",
+              us_prefix, us_part, us_merge);
   std::fflush(stdout);
 }
 
