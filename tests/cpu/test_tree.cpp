@@ -28,7 +28,7 @@ std::vector<double> run_backend(DenseBackend& be, const BatchSpec& b, const Host
   const int64_t rows = be.forward_metadata().num_q_rows;
   HostTensor out(DType::f32, {rows, h, dv});
   poison(out);
-  be.forward_extend({.q = q.view, .out = out.view}, LayerSpec{.layer_id = 0});
+  be.forward({.q = q.view, .out = out.view}, LayerSpec{.layer_id = 0});
   return to_doubles(out);
 }
 
@@ -377,6 +377,44 @@ TEST(DraftTreeBackend, DraftDecodeBranchesSeeThePrefixAndTheirOwnPath) {
         EXPECT_EQ(m.tree.positions.ptr<int32_t>()[r * topk + br], s.seq_lens[std::size_t(r)] + step);
       }
     EXPECT_LT(rel_l2(to_doubles(out), ref), kTol) << "step " << step;
+  }
+}
+
+TEST(DraftTreeBackend, MultiStepBackendEqualsSingleStepBackendsEagerAndCaptured) {
+  auto g = rng_for_test();
+  const int topk = 3, steps = 4, graph_bs = 4;
+  TreeSetup s({6, 21, 50}, 0, 16, 64, g);
+  std::vector<int32_t> draft;
+  for (int i = 0; i < s.bs * topk * steps; ++i) draft.push_back(int32_t(s.num_slots - 1 - 2 * i));
+  BatchSpec b;
+  b.mode = ForwardMode::draft_decode;
+  b.seq_lens = s.seq_lens;
+  b.req_pool_indices = s.pool_rows;
+  b.draft_slots = draft;
+  const SpeculativeConfig spec{.num_steps = steps, .topk = topk};
+  DenseMultiStepBackend multi(s.backend_config(spec, graph_bs)), captured(s.backend_config(spec, graph_bs));
+  multi.init_forward_metadata(b);
+  captured.init_cuda_graph_state(graph_bs, graph_bs * topk);
+  captured.init_forward_metadata_capture_cuda_graph(graph_bs);
+  captured.init_forward_metadata_replay_cuda_graph(graph_bs, b);
+  const int64_t rows = int64_t(s.bs) * topk;
+  for (int i = 0; i + 1 < steps; ++i) {
+    SpeculativeConfig one = spec;
+    one.step_id = i;
+    DenseBackend single(s.backend_config(one, graph_bs));
+    const HostTensor q = random_q(int64_t(graph_bs) * topk, s.h_q, s.d, g);
+    const HostTensor q_live = [&] {
+      HostTensor t(DType::f32, {rows, s.h_q, s.d});
+      std::memcpy(t.bytes.data(), q.bytes.data(), t.view.nbytes());
+      return t;
+    }();
+    const auto want = run_backend(single, b, q_live, s.h_q, s.dv);
+    HostTensor out(DType::f32, {rows, s.h_q, s.dv});
+    multi.step(i).forward_decode({.q = q_live.view, .out = out.view}, LayerSpec{.layer_id = 0});
+    EXPECT_EQ(to_doubles(out), want) << "step " << i;
+    HostTensor out_g(DType::f32, {int64_t(graph_bs) * topk, s.h_q, s.dv});
+    captured.step(i).forward_decode({.q = q.view, .out = out_g.view}, LayerSpec{.layer_id = 0});
+    EXPECT_EQ(leading_bytes(out_g, out.view.nbytes()), leading_bytes(out, out.view.nbytes())) << "step " << i;
   }
 }
 
