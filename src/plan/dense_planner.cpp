@@ -70,7 +70,7 @@ void DensePlanner::Impl::fill_tree(const RequestLayout& L, Stream stream) {
   const int64_t rows = L.q_rows;
   std::copy(L.tree_num_keys.begin(), L.tree_num_keys.end(), arena.host(o_tree_nk));
   arena.mark(o_tree_nk, bs);
-  std::memcpy(arena.host(o_tree_mask), L.tree_mask.data(), std::size_t(rows) * sizeof(uint64_t));
+  if (rows > 0) std::memcpy(arena.host(o_tree_mask), L.tree_mask.data(), std::size_t(rows) * sizeof(uint64_t));
   arena.mark(o_tree_mask, 2 * rows);
   std::copy(L.tree_pos.begin(), L.tree_pos.end(), arena.host(o_tree_pos));
   arena.mark(o_tree_pos, rows);

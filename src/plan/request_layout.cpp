@@ -143,7 +143,7 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
                     ": tree_parents / tree_mask are given, but the planner's spec.topk = ", spec.topk,
                     " (draft trees need spec.topk > 1 in the planner config)");
     if (tree) {
-      ATTNSERVE_CHECK(b.tree_parents.empty() != b.tree_mask.empty(), who,
+      ATTNSERVE_CHECK(bs == 0 || b.tree_parents.empty() != b.tree_mask.empty(), who,
                       ": target_verify with spec.topk > 1 needs the draft trees: exactly one of tree_parents and "
                       "tree_mask ([bs, draft_token_num])");
       if (!b.tree_parents.empty())

@@ -245,6 +245,12 @@ TEST(DraftTree, PlanHoldsPrefixMetadataAndTheTreePart) {
     for (int j = 0; j < f.s.seq_lens[std::size_t(r)]; ++j)
       EXPECT_EQ(m.page_table.ptr<int32_t>()[r * 9 + j], f.s.slot(r, j));
   }
+  // An empty batch plans (no rows).
+  BatchSpec empty = f.batch({});
+  empty.seq_lens = {}, empty.req_pool_indices = {};
+  EXPECT_EQ(f.planner.plan(empty).num_q_rows, 0);
+  const DenseMetadata& m1 = f.planner.plan(f.batch(p));
+  ASSERT_EQ(&m1, &m);
   // The same trees as packed masks give the same metadata.
   std::vector<int64_t> masks;
   for (int r = 0; r < 2; ++r) {
