@@ -346,6 +346,34 @@ TEST(DraftTreeBackend, MlaVerifyMatchesTheMhaFormOfTheSameLatents) {
   EXPECT_LT(rel_l2(out, verify_reference(s, parents, q, c.softmax_scale)), kTol);
 }
 
+TEST(DraftTreeBackend, UnsupportedLayersAndCachesAreClearErrors) {
+  auto g = rng_for_test();
+  TreeSetup s({8}, 4, 1, 32, g);
+  const std::vector<int32_t> parents = star_tree(4);
+  DenseBackend be(s.backend_config({.draft_token_num = 4, .topk = 2}));
+  be.init_forward_metadata(s.verify_batch(parents));
+  const HostTensor q = random_q(4, s.h_q, s.d, g);
+  HostTensor out(DType::f32, {4, s.h_q, s.dv});
+  EXPECT_NO_THROW(be.forward({.q = q.view, .out = out.view}, LayerSpec{.layer_id = 0}));
+  try {
+    be.forward({.q = q.view, .out = out.view}, LayerSpec{.layer_id = 0, .sliding_window_size = 3});
+    ADD_FAILURE() << "a sliding-window layer with draft trees was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding window"), std::string::npos) << e.what();
+  }
+  // An fp8 cache: refused at construction (the tree part reads bf16 | f16).
+  HostTensor k8(DType::fp8_e4m3, {s.num_slots, s.h_kv, s.d}), v8(DType::fp8_e4m3, {s.num_slots, s.h_kv, s.dv});
+  DenseBackendConfig c = s.backend_config({.draft_token_num = 4, .topk = 2});
+  c.kv_dtype = DType::fp8_e4m3;
+  c.kv_buffers = {KvLayerBuffers{.k = k8.view, .v = v8.view}};
+  try {
+    DenseBackend fp8(c);
+    ADD_FAILURE() << "an fp8 cache with draft trees was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("draft trees"), std::string::npos) << e.what();
+  }
+}
+
 // ---- Backend: draft decode with topk branches ---------------------------------------------------------
 
 TEST(DraftTreeBackend, DraftDecodeBranchesSeeThePrefixAndTheirOwnPath) {
