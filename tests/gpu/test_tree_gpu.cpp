@@ -186,6 +186,26 @@ TEST(TreeGpu, BackendDraftDecodeMatchesCpuBackend) {
   }
 }
 
+// A batch large enough that the prefix part runs the plan of production shapes (256 packed rows per
+// request and kv head, one split: the Hopper kernel on sm_90) with the causal mask off and LSE out.
+TEST(TreeGpu, BackendVerifyMatchesCpuBackendAtHopperKernelShapes) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  const int n = 64, bs = 40;
+  std::vector<int32_t> seqs;
+  for (int r = 0; r < bs; ++r) seqs.push_back(int32_t(g() % 300));
+  seqs[0] = 0;  // an empty prefix: the prefix part sees no key (lse -inf)
+  TreeSetup s(seqs, n, 16, 384, g, 8, 2, 128, 128, DType::bf16);
+  BackendPair p(s, s.backend_config({.draft_token_num = n, .topk = 8}), nullptr);
+  const auto parents = s.random_parents(g);
+  const BatchSpec b = s.verify_batch(parents);
+  BatchSpec gb = b;
+  gb.req_to_token = p.dtable.view;
+  const HostTensor q = bf16_random({int64_t(bs) * n, s.h_q, s.d}, g, 2.0);
+  EXPECT_LT(rel_l2(forward_device(p.gpu, gb, q, s.h_q, s.dv), forward_host(p.cpu, b, q, s.h_q, s.dv)),
+            3 * unit_roundoff(DType::bf16));
+}
+
 // ---- CUDA graphs ---------------------------------------------------------------------------------------
 
 TEST(TreeGpu, GraphReplayEqualsEagerBitForBit) {
