@@ -7,3 +7,4 @@
 #include "attnserve/ops/kv_store.h"
 #include "attnserve/ops/sparse_mla.h"
 #include "attnserve/ops/topk.h"
+#include "attnserve/ops/tree_attention.h"

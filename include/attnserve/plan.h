@@ -39,12 +39,15 @@ struct PlanCapacity {
   int max_context_len = 0;  // keys per request (>= every kv_len); the page-table width in tokens
 };
 
-// Speculative decoding (EAGLE, topk 1), fixed per worker like the seeds' backend constructors; a
-// graph capture needs them before any batch exists.
+// Speculative decoding (EAGLE), fixed per worker like the seeds' backend constructors; a graph
+// capture needs them before any batch exists.
 struct SpeculativeConfig {
   int draft_token_num = 0;  // target_verify: query rows per request; draft_extend: max accepted
   int num_steps = 0;        // draft_decode: steps per round (draft_slots has num_steps columns)
   int step_id = 0;          // draft_decode: the step this planner serves (0 .. num_steps - 1)
+  int topk = 1;             // > 1: draft trees (EAGLE-2/3): target_verify over a tree of draft_token_num
+                            //   <= 64 tokens, draft_decode with topk branches (topk * (step_id + 1) <= 64);
+                            //   attention then runs in two parts (DenseMetadata::tree). 0 and 1: chains
 };
 
 // ---- Dense (FlashAttention backend) -----------------------------------------------------------
@@ -69,6 +72,23 @@ struct LocalAttentionMetadata {
                                      // the configured chunk in captured metadata
 };
 
+// Draft trees (spec.topk > 1) in target_verify and draft_decode: attention runs in two parts merged
+// by their LSE. The prefix part is the metadata's own paged attention WITHOUT the causal mask:
+// cache_seqlens_int32 / cu_seqlens_k / page_table cover the cached prefix only (seq_lens), every query
+// row of a request sees all of it. The tree part is tree_attention (ops/tree_attention.h) over the
+// request's draft tokens with these views:
+struct DraftTreeMetadata {
+  bool enabled = false;
+  int max_keys = 0;      // draft keys per request: draft_token_num (verify), topk * (step_id + 1) (draft decode)
+  TensorView key_slots;  // [bs, max_keys] i32 token slots of the draft keys (verify: req_to_token at
+                         //   seq_lens .. seq_lens + draft_token_num; draft decode: step-major,
+                         //   key s * topk + b = branch b's token of step s)
+  TensorView num_keys;   // [bs] i32 (0 for graph padding requests)
+  TensorView mask;       // [num_q_rows] i64: bit j = the row sees draft key j of its request
+  TensorView positions;  // [num_q_rows] i32 absolute positions of the query rows (verify: seq_lens +
+                         //   depth; draft decode: seq_lens + step_id), e.g. for RoPE
+};
+
 struct DenseMetadata {
   ForwardMode mode = ForwardMode::idle;
   int batch_size = 0;
@@ -86,6 +106,7 @@ struct DenseMetadata {
   int window_right = -1;
   bool has_local_attn = false;
   LocalAttentionMetadata local_attn_metadata;
+  DraftTreeMetadata tree;  // spec.topk > 1, target_verify / draft_decode: the two-part attention
   // Captured metadata: views and host scalars (max_seq_len_q/k = capture bounds, num_q_rows) are
   // fixed at capture; replay rewrites device contents only. Requests past the live batch are
   // padding: kv_len 0 (their query rows see no key).

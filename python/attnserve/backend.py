@@ -39,7 +39,10 @@ class ForwardBatch:
     Lengths and indices are read on the host (lists, NumPy arrays or tensors; a ``*_cpu`` field wins
     over its device twin). ``out_cache_loc`` stays on the device: the slots the new tokens' K/V are
     stored at, one per query row. ``draft_slots`` (draft decode): [bs, num_steps] slots of the draft
-    tokens, request-major. For draft_extend, ``extend_seq_lens`` are the accepted lengths.
+    tokens, request-major ([bs, topk, num_steps] with draft trees). For draft_extend, ``extend_seq_lens``
+    are the accepted lengths. Draft trees (``speculative_eagle_topk`` > 1), target_verify: the tree of
+    every request as ``tree_parents`` ([bs, draft_tokens] parent draft token, -1 for a root) or
+    ``tree_mask`` ([bs, draft_tokens] packed ancestor bits, bit j: the token sees draft token j).
     """
 
     forward_mode: Any
@@ -53,6 +56,8 @@ class ForwardBatch:
     extend_seq_lens_cpu: Any = None
     extend_prefix_lens_cpu: Any = None
     req_to_token: Any = None  # overrides the backend's table for this batch
+    tree_parents: Any = None
+    tree_mask: Any = None
 
     @property
     def batch_size(self) -> int:
@@ -98,6 +103,12 @@ def _host_ints(x):
     return out
 
 
+def _host_masks(x):
+    """Ancestor bit masks as signed 64-bit ints (bit 63 set: negative), as the core takes them."""
+    m = _host_ints(x)
+    return None if m is None else [v - (1 << 64) if v >= (1 << 63) else v for v in m]
+
+
 def _opt_float(v):
     if v is None:
         return None
@@ -122,7 +133,8 @@ def _batch_kwargs(fb: ForwardBatch):
                 req_pool_indices=_host_ints(fb.req_pool_indices),
                 extend_seq_lens=_host_ints(_first(fb.extend_seq_lens_cpu, fb.extend_seq_lens)),
                 extend_prefix_lens=_host_ints(_first(fb.extend_prefix_lens_cpu, fb.extend_prefix_lens)),
-                draft_slots=_host_ints(fb.draft_slots), req_to_token=None if table is None else _compat(table))
+                draft_slots=_host_ints(fb.draft_slots), req_to_token=None if table is None else _compat(table),
+                tree_parents=_host_ints(fb.tree_parents), tree_mask=_host_masks(fb.tree_mask))
 
 
 def _device_of(array) -> str:
@@ -212,8 +224,10 @@ def _set_common(cfg, *, page_size, softmax_scale, softcap, deterministic, draft_
 def _dense_config(*, num_q_heads, num_kv_heads, head_dim, v_head_dim=0, use_mla=False, kv_dtype="bf16",
                   softmax_scale=0.0, softcap=0.0, sliding_window_size=-1, page_size=1, attention_chunk_size=0,
                   deterministic=False, speculative_num_draft_tokens=0, speculative_num_steps=0, step_id=0, max_bs,
-                  max_num_tokens, max_context_len, req_to_token, token_to_kv_pool, num_layers=None, device=None):
+                  max_num_tokens, max_context_len, req_to_token, token_to_kv_pool, num_layers=None, device=None,
+                  speculative_eagle_topk=1):
     cfg = _attnserve.DenseBackendConfig()
+    cfg.topk = int(speculative_eagle_topk or 1)  # > 1: draft trees (docs/backends.md)
     cfg.arch = _attnserve.AttentionArch.mla if use_mla else _attnserve.AttentionArch.mha
     cfg.num_q_heads, cfg.num_kv_heads, cfg.head_dim, cfg.v_head_dim = num_q_heads, num_kv_heads, head_dim, v_head_dim
     cfg.kv_dtype = kv_dtype
@@ -300,7 +314,10 @@ class _Backend:
             forward_batch = ForwardBatch(
                 forward_mode=forward_mode, seq_lens=_first(seq_lens_cpu, seq_lens), req_pool_indices=req_pool_indices,
                 extend_seq_lens=accept if forward_mode == ForwardMode.draft_extend else None,
-                draft_slots=getattr(spec_info, "draft_slots", None))
+                draft_slots=getattr(spec_info, "draft_slots", None),
+                tree_parents=getattr(spec_info, "tree_parents", None) if forward_mode == ForwardMode.target_verify
+                else None,
+                tree_mask=getattr(spec_info, "tree_mask", None) if forward_mode == ForwardMode.target_verify else None)
         kw = _batch_kwargs(forward_batch)
         mode = kw.pop("mode")
         self._core.init_forward_metadata_replay_cuda_graph(bs, mode, **kw, stream=self._stream())

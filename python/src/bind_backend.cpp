@@ -15,19 +15,23 @@ namespace {
 
 using nb::arg;
 using IntList = std::optional<std::vector<int32_t>>;
+using Int64List = std::optional<std::vector<int64_t>>;
 using ArrayList = std::vector<std::optional<nb::ndarray<>>>;
 
 // Owns the host arrays a BatchSpec points into for the duration of one call.
 struct HostBatch {
-  std::vector<int32_t> seq_lens, req_pool_indices, extend_seq_lens, extend_prefix_lens, draft_slots;
+  std::vector<int32_t> seq_lens, req_pool_indices, extend_seq_lens, extend_prefix_lens, draft_slots, tree_parents;
+  std::vector<int64_t> tree_mask;
   TensorView req_to_token;
   HostBatch(std::vector<int32_t> seq, std::vector<int32_t> rows, IntList ext, IntList pre, IntList drafts,
-            const OptArray& table)
+            const OptArray& table, IntList parents = std::nullopt, Int64List masks = std::nullopt)
       : seq_lens(std::move(seq)),
         req_pool_indices(std::move(rows)),
         extend_seq_lens(ext.value_or(std::vector<int32_t>{})),
         extend_prefix_lens(pre.value_or(std::vector<int32_t>{})),
         draft_slots(drafts.value_or(std::vector<int32_t>{})),
+        tree_parents(parents.value_or(std::vector<int32_t>{})),
+        tree_mask(masks.value_or(std::vector<int64_t>{})),
         req_to_token(to_view(table)) {}
   BatchSpec spec(ForwardMode mode) const {
     return BatchSpec{.mode = mode,
@@ -36,6 +40,8 @@ struct HostBatch {
                      .extend_seq_lens = extend_seq_lens,
                      .extend_prefix_lens = extend_prefix_lens,
                      .draft_slots = draft_slots,
+                     .tree_parents = tree_parents,
+                     .tree_mask = tree_mask,
                      .req_to_token = req_to_token};
   }
 };
@@ -79,25 +85,29 @@ void bind_backend_methods(nb::class_<Backend>& c) {
   c.def(
        "validate",
        [](const Backend& b, ForwardMode mode, std::vector<int32_t> seq_lens, std::vector<int32_t> req_pool_indices,
-          IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots, OptArray req_to_token) {
+          IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots, OptArray req_to_token,
+          IntList tree_parents, Int64List tree_mask) {
          const HostBatch h(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
-                           std::move(extend_prefix_lens), std::move(draft_slots), req_to_token);
+                           std::move(extend_prefix_lens), std::move(draft_slots), req_to_token, std::move(tree_parents),
+                           std::move(tree_mask));
          b.validate(h.spec(mode));
        },
        arg("mode"), arg("seq_lens"), arg("req_pool_indices"), nb::kw_only(), arg("extend_seq_lens") = nb::none(),
-       arg("extend_prefix_lens") = nb::none(), arg("draft_slots") = nb::none(), arg("req_to_token") = nb::none())
+       arg("extend_prefix_lens") = nb::none(), arg("draft_slots") = nb::none(), arg("req_to_token") = nb::none(),
+       arg("tree_parents") = nb::none(), arg("tree_mask") = nb::none())
       .def(
           "init_forward_metadata",
           [](Backend& b, ForwardMode mode, std::vector<int32_t> seq_lens, std::vector<int32_t> req_pool_indices,
              IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots, OptArray req_to_token,
-             uintptr_t stream) {
+             uintptr_t stream, IntList tree_parents, Int64List tree_mask) {
             const HostBatch h(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
-                              std::move(extend_prefix_lens), std::move(draft_slots), req_to_token);
+                              std::move(extend_prefix_lens), std::move(draft_slots), req_to_token,
+                              std::move(tree_parents), std::move(tree_mask));
             b.init_forward_metadata(h.spec(mode), to_stream(stream));
           },
           arg("mode"), arg("seq_lens"), arg("req_pool_indices"), nb::kw_only(), arg("extend_seq_lens") = nb::none(),
           arg("extend_prefix_lens") = nb::none(), arg("draft_slots") = nb::none(), arg("req_to_token") = nb::none(),
-          arg("stream") = 0)
+          arg("stream") = 0, arg("tree_parents") = nb::none(), arg("tree_mask") = nb::none())
       .def(
           "init_cuda_graph_state",
           [](Backend& b, int max_bs, int max_num_tokens, uintptr_t stream) {
@@ -114,14 +124,16 @@ void bind_backend_methods(nb::class_<Backend>& c) {
           "init_forward_metadata_replay_cuda_graph",
           [](Backend& b, int bs, ForwardMode mode, std::vector<int32_t> seq_lens, std::vector<int32_t> req_pool_indices,
              IntList extend_seq_lens, IntList extend_prefix_lens, IntList draft_slots, OptArray req_to_token,
-             uintptr_t stream) {
+             uintptr_t stream, IntList tree_parents, Int64List tree_mask) {
             const HostBatch h(std::move(seq_lens), std::move(req_pool_indices), std::move(extend_seq_lens),
-                              std::move(extend_prefix_lens), std::move(draft_slots), req_to_token);
+                              std::move(extend_prefix_lens), std::move(draft_slots), req_to_token,
+                              std::move(tree_parents), std::move(tree_mask));
             b.init_forward_metadata_replay_cuda_graph(bs, h.spec(mode), to_stream(stream));
           },
           arg("bs"), arg("mode"), arg("seq_lens"), arg("req_pool_indices"), nb::kw_only(),
           arg("extend_seq_lens") = nb::none(), arg("extend_prefix_lens") = nb::none(), arg("draft_slots") = nb::none(),
-          arg("req_to_token") = nb::none(), arg("stream") = 0);
+          arg("req_to_token") = nb::none(), arg("stream") = 0, arg("tree_parents") = nb::none(),
+          arg("tree_mask") = nb::none());
   // forward_extend / forward_decode / forward: `out` is written; layer fields as LayerSpec.
   auto add_forward = [&c](const char* name, TensorView (Backend::*fn)(const ForwardArgs&, const LayerSpec&, Stream)) {
     c.def(
@@ -219,6 +231,8 @@ void bind_config_common(nb::class_<Config>& c) {
           "num_steps", [](const Config& c) { return c.spec.num_steps; }, [](Config& c, int v) { c.spec.num_steps = v; })
       .def_prop_rw(
           "step_id", [](const Config& c) { return c.spec.step_id; }, [](Config& c, int v) { c.spec.step_id = v; })
+      .def_prop_rw(
+          "topk", [](const Config& c) { return c.spec.topk; }, [](Config& c, int v) { c.spec.topk = v; })
       .def_prop_rw(
           "max_bs", [](const Config& c) { return c.capacity.max_bs; }, [](Config& c, int v) { c.capacity.max_bs = v; })
       .def_prop_rw(

@@ -65,6 +65,7 @@ void bind_metadata_copy(nb::module_& m) {
 nb::dict copied_metadata(const DenseMetadata& md, Stream stream) {
   return copied(md, stream, [](DenseMetadata& m, CopyAll& c) {
     c(m.cache_seqlens_int32), c(m.cu_seqlens_q), c(m.cu_seqlens_k), c(m.page_table);
+    if (m.tree.enabled) c(m.tree.key_slots), c(m.tree.num_keys), c(m.tree.mask), c(m.tree.positions);
     if (m.has_local_attn) {
       LocalAttentionMetadata& l = m.local_attn_metadata;
       c(l.local_query_start_loc), c(l.local_seqused_k), c(l.local_block_table);
@@ -108,6 +109,17 @@ nb::dict metadata_dict(const DenseMetadata& m, nb::handle owner) {
     d["local_attn_metadata"] = ld;
   } else {
     d["local_attn_metadata"] = nb::none();
+  }
+  if (m.tree.enabled) {  // draft trees (spec.topk > 1): the tree part of the two-part attention
+    nb::dict td;
+    td["max_keys"] = m.tree.max_keys;
+    td["key_slots"] = to_python(m.tree.key_slots, owner);
+    td["num_keys"] = to_python(m.tree.num_keys, owner);
+    td["mask"] = to_python(m.tree.mask, owner);
+    td["positions"] = to_python(m.tree.positions, owner);
+    d["tree"] = td;
+  } else {
+    d["tree"] = nb::none();
   }
   return d;
 }

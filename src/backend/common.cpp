@@ -157,7 +157,8 @@ std::shared_ptr<SharedWorkspace> make_workspace(const char* who, Device device) 
 }
 
 int graph_rows_per_request(ForwardMode mode, const SpeculativeConfig& spec) {
-  return mode == ForwardMode::target_verify || mode == ForwardMode::draft_extend ? spec.draft_token_num : 1;
+  if (mode == ForwardMode::target_verify || mode == ForwardMode::draft_extend) return spec.draft_token_num;
+  return mode == ForwardMode::draft_decode && spec.topk > 1 ? spec.topk : 1;  // draft trees: one row per branch
 }
 
 void check_graph_capacity(const char* who, int max_bs, int max_num_tokens, const PlanCapacity& cap) {

@@ -23,6 +23,9 @@ struct DenseBackend::Impl {
   BatchPlans eager_plans;
   std::map<std::pair<int, ForwardMode>, BatchPlans> graph_plans;  // (bs, mode) -> made at capture
   int graph_max_bs = 0;                                           // 0 until init_cuda_graph_state
+  // Draft trees (spec.topk > 1): the two parts' states, [max_num_tokens, h_q, v_head_dim] each (4 bytes
+  // an element: f32 activations on the CPU) and their LSEs [max_num_tokens, h_q] f32.
+  Buffer tree_states, tree_lses;
 
   Impl(const DenseBackendConfig& c, std::shared_ptr<SharedWorkspace> w, Stream stream)
       : cfg(checked_dense_config(c, w->caps())),
@@ -31,6 +34,13 @@ struct DenseBackend::Impl {
         scales(cfg.kv_dtype == DType::fp8_e4m3 ? ScaleTable(cfg.kv_buffers, cfg.device, stream) : ScaleTable()) {
     planner.init(cfg.capacity, stream);
     ws->reserve(dense_workspace_for_capacity(cfg, ws->caps(), cfg.capacity.max_bs));
+    if (cfg.spec.topk > 1) {
+      ATTNSERVE_CHECK(cfg.kv_dtype != DType::fp8_e4m3, "DenseBackend: draft trees (spec.topk = ", cfg.spec.topk,
+                      ") need a bf16 | f16 cache (the tree part reads no fp8 yet)");
+      const std::size_t elems = std::size_t(cfg.capacity.max_num_tokens) * std::size_t(cfg.num_q_heads);
+      tree_states = Buffer(2 * elems * std::size_t(cfg.v_head_dim) * sizeof(float), cfg.device);
+      tree_lses = Buffer(2 * elems * sizeof(float), cfg.device);
+    }
   }
   // The batch's metadata and plans become current; the workspace grows to what they need.
   void use(const DenseMetadata& m, BatchPlans& p) {
@@ -49,7 +59,82 @@ struct DenseBackend::Impl {
   void store(const char* who, const ForwardArgs& a, const LayerSpec& layer, const KvLayerBuffers& kv, int64_t rows,
              float k_scale, float v_scale, Stream stream);
   TensorView run(const ForwardArgs& a, const LayerSpec& layer, bool decode_call, Stream stream);
+  // Draft trees: the prefix part (paged attention, no mask) and the tree part (tree_attention), merged.
+  void run_tree(const char* who, const TensorView& q, const TensorView& q_nope, const TensorView& q_rope,
+                const TensorView& out, const KvLayerBuffers& kv, const ResolvedLayer& L, Stream stream);
 };
+
+void DenseBackend::Impl::run_tree(const char* who, const TensorView& q, const TensorView& q_nope,
+                                  const TensorView& q_rope, const TensorView& out, const KvLayerBuffers& kv,
+                                  const ResolvedLayer& L, Stream stream) {
+  const DenseMetadata& m = *meta;
+  const DraftTreeMetadata& t = m.tree;
+  ATTNSERVE_CHECK(L.window_left < 0 && L.window_right < 0, who, ": draft trees (spec.topk > 1) do not support a ",
+                  "sliding window yet (the layer's sliding_window_size = ", L.window_left, ")");
+  const bool mla = cfg.arch == AttentionArch::mla;
+  const TensorView& q_rows = mla ? q_nope : q;
+  const int64_t rows = m.num_q_rows, h = cfg.num_q_heads, dv = cfg.v_head_dim, P = cfg.page_size;
+  const DType act = q_rows.dtype;
+  char* states = static_cast<char*>(tree_states.data());
+  const std::size_t part = std::size_t(rows * h * dv) * dtype_size(act);
+  const TensorView o_prefix = TensorView::contiguous(states, act, {rows, h, dv}, cfg.device);
+  const TensorView o_tree = TensorView::contiguous(states + part, act, {rows, h, dv}, cfg.device);
+  float* lses = static_cast<float*>(tree_lses.data());
+  const TensorView lse_prefix = TensorView::contiguous(lses, DType::f32, {rows, h}, cfg.device);
+  const TensorView lse_tree = TensorView::contiguous(lses + rows * h, DType::f32, {rows, h}, cfg.device);
+
+  // Prefix: every row of a request sees its whole cached prefix (causal off).
+  if (!mla) {
+    const PagedAttentionArgs args{.q = q,
+                                  .k_cache = as_pages(kv.k, P),
+                                  .v_cache = as_pages(kv.v, P),
+                                  .page_table = m.page_table,
+                                  .cache_seqlens = m.cache_seqlens_int32,
+                                  .cu_seqlens_q = m.cu_seqlens_q,
+                                  .out = o_prefix,
+                                  .lse = lse_prefix,
+                                  .max_seqlen_q = m.max_seq_len_q,
+                                  .softmax_scale = L.scale,
+                                  .causal = false,
+                                  .softcap = L.softcap,
+                                  .deterministic = cfg.deterministic};
+    if (cfg.device.is_cpu()) paged_attention(args, ws->view(), stream);
+    else paged_attention(args, plans->get(cuda::attn::problem_of(args), ws->caps()), ws->view(), stream);
+  } else {
+    const MlaAttentionArgs args{.q_nope = q_nope,
+                                .q_rope = q_rope,
+                                .kv_cache = unsqueeze(as_pages(kv.k, P), 2),
+                                .page_table = m.page_table,
+                                .cache_seqlens = m.cache_seqlens_int32,
+                                .cu_seqlens_q = m.cu_seqlens_q,
+                                .out = o_prefix,
+                                .lse = lse_prefix,
+                                .max_seqlen_q = m.max_seq_len_q,
+                                .softmax_scale = L.scale,
+                                .causal = false,
+                                .softcap = L.softcap,
+                                .deterministic = cfg.deterministic};
+    if (cfg.device.is_cpu()) mla_attention(args, ws->view(), stream);
+    else mla_attention(args, plans->get(cuda::mla::problem_of(args), ws->caps()), ws->view(), stream);
+  }
+  // Tree: the draft tokens among themselves under the tree's mask (MLA: keys and values are the latent rows).
+  const TensorView k_slots = mla ? unsqueeze(kv.k, 1) : kv.k;
+  tree_attention({.q = q_rows,
+                  .k_cache = k_slots,
+                  .v_cache = mla ? k_slots.slice(2, 0, dv) : kv.v,
+                  .key_slots = t.key_slots,
+                  .num_keys = t.num_keys,
+                  .cu_seqlens_q = m.cu_seqlens_q,
+                  .mask = t.mask,
+                  .out = o_tree,
+                  .lse = lse_tree,
+                  .q_rope = mla ? q_rope : TensorView{},
+                  .max_seqlen_q = m.max_seq_len_q,
+                  .softmax_scale = L.scale,
+                  .softcap = L.softcap},
+                 stream);
+  merge_state({.v_a = o_prefix, .s_a = lse_prefix, .v_b = o_tree, .s_b = lse_tree, .v_out = out}, stream);
+}
 
 void DenseBackend::Impl::store(const char* who, const ForwardArgs& a, const LayerSpec& layer, const KvLayerBuffers& kv,
                                int64_t rows, float k_scale, float v_scale, Stream stream) {
@@ -115,6 +200,11 @@ TensorView DenseBackend::Impl::run(const ForwardArgs& a, const LayerSpec& layer,
   if (fp8) scales.update(layer.layer_id, k_scale, v_scale, stream);
   if (a.save_kv_cache && !a.k.empty_view()) store(who, a, layer, kv, rows, k_scale, v_scale, stream);
   if (rows == 0) return out;
+
+  if (m.tree.enabled) {
+    run_tree(who, q, q_nope, q_rope, out, kv, L, stream);
+    return out;
+  }
 
   // ---- Local (chunked) attention layers read the virtual batches (seed 001: use_irope).
   const bool local = layer.use_irope && m.has_local_attn;

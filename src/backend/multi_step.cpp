@@ -42,7 +42,9 @@ void MultiStepBackend<Backend>::init_cuda_graph_state(int max_bs, int max_num_to
 
 template <class Backend>
 void MultiStepBackend<Backend>::init_forward_metadata_capture_cuda_graph(int bs, Stream stream) {
-  for (Backend& b : backends_) b.init_forward_metadata_capture_cuda_graph(bs, bs, ForwardMode::draft_decode, stream);
+  for (Backend& b : backends_)  // draft trees (spec.topk > 1): topk query rows per request
+    b.init_forward_metadata_capture_cuda_graph(
+        bs, bs * graph_rows_per_request(ForwardMode::draft_decode, b.config().spec), ForwardMode::draft_decode, stream);
 }
 
 template <class Backend>

@@ -31,7 +31,8 @@ const DenseMetadata& DensePlanner::capture(int bs, ForwardMode mode, Stream stre
   meta.page_size = s.cfg.page_size;
   meta.cache_seqlens_int32 = s.arena.view(s.o_cache, {bs});
   meta.cu_seqlens_k = s.arena.view(s.o_cu_k, {bs + 1});
-  const bool arange_q = mode == ForwardMode::decode || mode == ForwardMode::draft_decode;
+  const bool arange_q =
+      (mode == ForwardMode::decode || mode == ForwardMode::draft_decode) && !is_tree_mode(mode, s.cfg.spec);
   meta.cu_seqlens_q = s.arena.view(arange_q ? s.o_arange : s.o_cu_q, {bs + 1});
   meta.max_seq_len_q = q_bound;
   meta.max_seq_len_k = s.cap.max_context_len;
@@ -50,6 +51,7 @@ const DenseMetadata& DensePlanner::capture(int bs, ForwardMode mode, Stream stre
     la.num_virtual_batches = int(vb);
     la.effective_chunk_size = C;
   }
+  meta.tree = s.tree_views(mode, bs, meta.num_q_rows);
   meta.captured = true;
 
   // Until the first replay: every request is padding (no keys).

@@ -22,6 +22,10 @@ struct DensePlanner::Impl {
   plan_detail::StagedArena arena;
   int64_t o_cache = 0, o_cu_q = 0, o_cu_k = 0, o_arange = 0, o_desc = 0, o_draft = 0;
   int64_t o_local_q = 0, o_local_k = 0, o_local_desc = 0;
+  // Draft trees (spec.topk > 1): the tree part's arrays; tree_slots is gathered on the device.
+  int64_t o_tree_nk = 0, o_tree_mask = 0, o_tree_pos = 0, o_tree_desc = 0, o_tree_host_slots = 0;
+  Buffer tree_slots;  // [max_bs, max_tree_keys] i32
+  int max_tree_keys = 0;
   // Gathered on the device.
   Buffer page_table;   // [max_bs, max_pages]
   Buffer local_table;  // [local_capacity, chunk_pages]
@@ -41,6 +45,9 @@ struct DensePlanner::Impl {
 
   TensorView page_table_view(int64_t rows, int64_t width) const;
   TensorView local_table_view(int64_t rows, int64_t width) const;
+  // The tree part's views for bs requests and `rows` query rows (mode's key width).
+  DraftTreeMetadata tree_views(ForwardMode mode, int64_t bs, int64_t rows) const;
+  void fill_tree(const plan_detail::RequestLayout& L, Stream stream);
 
   // Writes `L` into the buffers. Eager (graph == nullptr): sets every field of `meta` with compact
   // views. Graph: `meta` holds the captured views and bounds; only device contents change.

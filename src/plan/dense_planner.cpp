@@ -1,5 +1,6 @@
 // DensePlanner: the FlashAttention backend's metadata (seed 001 init_forward_metadata), eager path.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "plan/dense_impl.h"
@@ -19,6 +20,13 @@ DensePlanner::Impl::Impl(const DensePlanConfig& c, Device d) : cfg(c), device(d)
   ATTNSERVE_CHECK(c.sliding_window_size >= -1, who, ": sliding_window_size = ", c.sliding_window_size,
                   " (use -1 for no window)");
   check_spec_config(who, c.spec);
+  if (c.spec.topk > 1) {
+    ATTNSERVE_CHECK(c.sliding_window_size < 0, who, ": draft trees (spec.topk = ", c.spec.topk,
+                    ") do not support a sliding window yet (sliding_window_size = ", c.sliding_window_size, ")");
+    ATTNSERVE_CHECK(c.attention_chunk_size == 0, who, ": draft trees (spec.topk = ", c.spec.topk,
+                    ") do not support local (chunked) attention yet (attention_chunk_size = ", c.attention_chunk_size,
+                    ")");
+  }
 }
 
 void DensePlanner::Impl::require_init(const char* who) const {
@@ -40,6 +48,47 @@ TensorView DensePlanner::Impl::page_table_view(int64_t rows, int64_t width) cons
 }
 TensorView DensePlanner::Impl::local_table_view(int64_t rows, int64_t width) const {
   return TensorView::contiguous(local_table.data(), DType::i32, {rows, width}, device);
+}
+
+DraftTreeMetadata DensePlanner::Impl::tree_views(ForwardMode mode, int64_t bs, int64_t rows) const {
+  DraftTreeMetadata t;
+  if (!is_tree_mode(mode, cfg.spec)) return t;
+  t.enabled = true;
+  t.max_keys = tree_keys_of(mode, cfg.spec);
+  t.key_slots = TensorView::contiguous(tree_slots.data(), DType::i32, {bs, t.max_keys}, device);
+  t.num_keys = arena.view(o_tree_nk, {bs});
+  t.mask = TensorView::contiguous(const_cast<int32_t*>(arena.device_ptr(o_tree_mask)), DType::i64, {rows}, device);
+  t.positions = arena.view(o_tree_pos, {rows});
+  return t;
+}
+
+// Host arrays of the tree part (staged; uploaded with the plan's other arrays) and the gather of the
+// draft keys' slots: verify reads req_to_token at seq_lens .. seq_lens + n, draft decode the staged
+// draft_slots (as a gather whose every position is a draft override).
+void DensePlanner::Impl::fill_tree(const RequestLayout& L, Stream stream) {
+  const int bs = L.bs;
+  const int64_t rows = L.q_rows;
+  std::copy(L.tree_num_keys.begin(), L.tree_num_keys.end(), arena.host(o_tree_nk));
+  arena.mark(o_tree_nk, bs);
+  if (rows > 0) std::memcpy(arena.host(o_tree_mask), L.tree_mask.data(), std::size_t(rows) * sizeof(uint64_t));
+  arena.mark(o_tree_mask, 2 * rows);
+  std::copy(L.tree_pos.begin(), L.tree_pos.end(), arena.host(o_tree_pos));
+  arena.mark(o_tree_pos, rows);
+  const bool verify = L.mode == ForwardMode::target_verify;
+  if (!verify && !L.tree_key_slots.empty()) {
+    std::copy(L.tree_key_slots.begin(), L.tree_key_slots.end(), arena.host(o_tree_host_slots));
+    arena.mark(o_tree_host_slots, int64_t(L.tree_key_slots.size()));
+  }
+  int32_t* desc = arena.host(o_tree_desc);
+  for (int r = 0; r < bs; ++r) {
+    int32_t* d = desc + int64_t(r) * kGatherDescInts;
+    const bool live = r < L.live_bs;
+    d[0] = L.pool_row[r], d[2] = L.tree_num_keys[r];
+    if (verify) d[1] = L.kv_len[r], d[3] = INT32_MAX, d[4] = -1;  // kv_len: the prefix
+    else d[1] = 0, d[3] = 0, d[4] = live ? r : -1;
+  }
+  arena.mark(o_tree_desc, int64_t(bs) * kGatherDescInts);
+  (void)stream;
 }
 
 DensePlanner::DensePlanner(const DensePlanConfig& config, Device device)
@@ -81,12 +130,30 @@ void DensePlanner::init(const PlanCapacity& c, Stream stream) {
     s.o_local_k = s.arena.reserve(s.local_capacity);
     s.o_local_desc = s.arena.reserve(s.local_capacity * kGatherDescInts);
   }
+  if (s.cfg.spec.topk > 1) {
+    s.max_tree_keys = std::max(tree_keys_of(ForwardMode::target_verify, s.cfg.spec),
+                               s.cfg.spec.num_steps > 0 ? tree_keys_of(ForwardMode::draft_decode, s.cfg.spec) : 0);
+    s.o_tree_nk = s.arena.reserve(c.max_bs);
+    s.o_tree_mask = s.arena.reserve(2 * int64_t(c.max_num_tokens));
+    s.o_tree_pos = s.arena.reserve(c.max_num_tokens);
+    s.o_tree_desc = s.arena.reserve(int64_t(c.max_bs) * kGatherDescInts);
+    s.o_tree_host_slots = s.arena.reserve(int64_t(c.max_bs) * std::max(1, s.max_tree_keys));
+  }
   s.arena.allocate(s.device, stream);
   s.page_table = Buffer(std::size_t(c.max_bs) * max_pages * sizeof(int32_t), s.device);
   memset_async(s.page_table_view(c.max_bs, max_pages), 0, stream);
   if (s.local_enabled()) {
     s.local_table = Buffer(std::size_t(s.local_capacity) * s.chunk_pages * sizeof(int32_t), s.device);
     memset_async(s.local_table_view(s.local_capacity, s.chunk_pages), 0, stream);
+  }
+  if (s.cfg.spec.topk > 1) {
+    const int64_t keys = std::max(1, s.max_tree_keys);
+    s.tree_slots = Buffer(std::size_t(c.max_bs) * keys * sizeof(int32_t), s.device);
+    memset_async(TensorView::contiguous(s.tree_slots.data(), DType::i32, {c.max_bs, keys}, s.device), 0, stream);
+    s.layout.tree_mask.reserve(std::size_t(c.max_num_tokens));
+    s.layout.tree_pos.reserve(std::size_t(c.max_num_tokens));
+    s.layout.tree_num_keys.reserve(std::size_t(c.max_bs));
+    s.layout.tree_key_slots.reserve(std::size_t(c.max_bs) * std::size_t(keys));
   }
   // cu_seqlens_q of decode batches: 0, 1, ..., max_bs, written once.
   std::vector<int32_t> arange(std::size_t(c.max_bs) + 1);
@@ -138,7 +205,7 @@ void DensePlanner::Impl::fill(const RequestLayout& L, DenseMetadata& meta, bool 
   // cu_seqlens_q: arange (decode), stride draft_token_num (verify), cu_seqlens_k (extend without a
   // prefix), else the prefix sums of the query rows.
   enum class CuQ { arange, written, alias_k } cu_q_kind = CuQ::written;
-  if (m == ForwardMode::decode || m == ForwardMode::draft_decode) cu_q_kind = CuQ::arange;
+  if ((m == ForwardMode::decode || m == ForwardMode::draft_decode) && !L.tree) cu_q_kind = CuQ::arange;
   else if (m == ForwardMode::extend && !L.any_prefix && !graph) cu_q_kind = CuQ::alias_k;
   if (cu_q_kind == CuQ::written) {
     int32_t* cu_q = arena.host(o_cu_q);
@@ -181,6 +248,7 @@ void DensePlanner::Impl::fill(const RequestLayout& L, DenseMetadata& meta, bool 
     arena.mark(o_local_k, num_vb);
     arena.mark(o_local_desc, num_vb * kGatherDescInts);
   }
+  if (L.tree) fill_tree(L, stream);
   arena.upload(stream);
 
   // ---- Device: page tables.
@@ -214,6 +282,19 @@ void DensePlanner::Impl::fill(const RequestLayout& L, DenseMetadata& meta, bool 
     lg.width = local_width;
     run_gather_page_table(lg, device, stream);
   }
+  if (L.tree) {  // the draft keys' slots (page size 1)
+    GatherPageTableArgs tg = g;
+    tg.descs = arena.device_ptr(o_tree_desc);
+    tg.num_descs = bs;
+    tg.draft_slots = arena.device_ptr(o_tree_host_slots);
+    tg.draft_row_stride = L.tree_keys;
+    tg.num_draft = m == ForwardMode::target_verify ? 0 : L.tree_keys;
+    tg.page_size = 1;
+    tg.out = static_cast<int32_t*>(tree_slots.data());
+    tg.out_row_stride = L.tree_keys;
+    tg.width = L.tree_keys;
+    run_gather_page_table(tg, device, stream);
+  }
   if (graph) return;
 
   // ---- Eager metadata: compact views, live host values.
@@ -242,6 +323,7 @@ void DensePlanner::Impl::fill(const RequestLayout& L, DenseMetadata& meta, bool 
     la.num_virtual_batches = int(num_vb);
     la.effective_chunk_size = chunk;
   }
+  meta.tree = tree_views(m, bs, L.q_rows);
 }
 
 }  // namespace attnserve

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <climits>
 
+#include "attnserve/ops/tree_attention.h"  // kTreeMaxKeys
+#include "plan/draft_tree.h"
+
 namespace attnserve::plan_detail {
 
 void RequestLayout::clear_to(ForwardMode m) {
@@ -18,6 +21,12 @@ void RequestLayout::clear_to(ForwardMode m) {
   max_q = max_kv = 0;
   any_prefix = false;
   req_to_token = {};
+  tree = false;
+  tree_keys = 0;
+  tree_mask.clear();
+  tree_pos.clear();
+  tree_num_keys.clear();
+  tree_key_slots.clear();
 }
 
 void RequestLayout::push(int32_t q, int32_t kv, int32_t pool, int32_t dbegin) {
@@ -47,7 +56,51 @@ void check_req_to_token(const char* who, const TensorView& t, Device device) {
   ATTNSERVE_CHECK(t.data != nullptr || t.numel() == 0, who, ": req_to_token has no data");
 }
 
+// Draft decode with topk branches: request r's keys are step-major (key s * topk + b = branch b's
+// token of step s, s <= step_id); branch b's row sees keys b, topk + b, ..., step_id * topk + b.
+void add_draft_decode_tree(const char* who, const BatchSpec& b, int r, int32_t seq, const SpeculativeConfig& spec,
+                           RequestLayout& out) {
+  const int K = spec.topk, S = spec.num_steps;
+  uint64_t branch_bits = 0;
+  for (int s = 0; s <= spec.step_id; ++s) branch_bits |= uint64_t(1) << (s * K);
+  for (int s = 0; s <= spec.step_id; ++s)
+    for (int br = 0; br < K; ++br) {
+      const int32_t slot = b.draft_slots[(int64_t(r) * K + br) * S + s];
+      ATTNSERVE_CHECK(slot >= 0, who, ": draft_slots[", r, ", ", br, ", ", s, "] = ", slot, " is negative");
+      out.tree_key_slots.push_back(slot);
+    }
+  for (int br = 0; br < K; ++br) {
+    out.tree_mask.push_back(branch_bits << br);
+    out.tree_pos.push_back(seq + spec.step_id);
+  }
+  out.tree_num_keys.push_back(out.tree_keys);
+}
+
+// Target verify over request r's tree (tree_parents or tree_mask).
+void add_verify_tree(const char* who, const BatchSpec& b, int r, int32_t seq, int n, RequestLayout& out) {
+  const std::size_t at = out.tree_mask.size();
+  out.tree_mask.resize(at + std::size_t(n));
+  out.tree_pos.resize(at + std::size_t(n));
+  if (!b.tree_parents.empty())
+    tree_from_parents(who, r, b.tree_parents.subspan(std::size_t(r) * n, std::size_t(n)), &out.tree_mask[at],
+                      &out.tree_pos[at]);
+  else
+    tree_from_masks(who, r, b.tree_mask.subspan(std::size_t(r) * n, std::size_t(n)), &out.tree_mask[at],
+                    &out.tree_pos[at]);
+  for (int t = 0; t < n; ++t) out.tree_pos[at + std::size_t(t)] += seq;
+  out.tree_num_keys.push_back(n);
+}
+
 }  // namespace
+
+bool is_tree_mode(ForwardMode mode, const SpeculativeConfig& spec) {
+  return spec.topk > 1 && (mode == ForwardMode::target_verify || mode == ForwardMode::draft_decode);
+}
+
+int tree_keys_of(ForwardMode mode, const SpeculativeConfig& spec) {
+  if (!is_tree_mode(mode, spec)) return 0;
+  return mode == ForwardMode::target_verify ? spec.draft_token_num : spec.topk * (spec.step_id + 1);
+}
 
 void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& out) {
   const char* who = rules.who;
@@ -70,14 +123,40 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
   if (m == ForwardMode::target_verify)
     ATTNSERVE_CHECK(spec.draft_token_num >= 1, who,
                     ": target_verify needs spec.draft_token_num >= 1 in the planner config");
+  const bool tree = is_tree_mode(m, spec);
   if (m == ForwardMode::draft_decode) {
     ATTNSERVE_CHECK(spec.num_steps >= 1 && spec.step_id >= 0 && spec.step_id < spec.num_steps, who,
                     ": draft_decode needs 0 <= spec.step_id < spec.num_steps in the planner config, got step_id ",
                     spec.step_id, ", num_steps ", spec.num_steps);
-    check_span(who, "draft_slots", b.draft_slots, int64_t(bs) * spec.num_steps, m);
-    out.num_draft = spec.step_id + 1;
-    out.draft_row_stride = spec.num_steps;
-    out.draft_slots = b.draft_slots;
+    if (tree) {  // the draft keys go to the tree part, not into the page table
+      check_span(who, "draft_slots", b.draft_slots, int64_t(bs) * spec.topk * spec.num_steps, m);
+    } else {
+      check_span(who, "draft_slots", b.draft_slots, int64_t(bs) * spec.num_steps, m);
+      out.num_draft = spec.step_id + 1;
+      out.draft_row_stride = spec.num_steps;
+      out.draft_slots = b.draft_slots;
+    }
+  }
+  if (m == ForwardMode::target_verify) {
+    const bool given = !b.tree_parents.empty() || !b.tree_mask.empty();
+    ATTNSERVE_CHECK(tree || !given, who,
+                    ": tree_parents / tree_mask are given, but the planner's spec.topk = ", spec.topk,
+                    " (draft trees need spec.topk > 1 in the planner config)");
+    if (tree) {
+      ATTNSERVE_CHECK(bs == 0 || b.tree_parents.empty() != b.tree_mask.empty(), who,
+                      ": target_verify with spec.topk > 1 needs the draft trees: exactly one of tree_parents and "
+                      "tree_mask ([bs, draft_token_num])");
+      if (!b.tree_parents.empty())
+        check_span(who, "tree_parents", b.tree_parents, int64_t(bs) * spec.draft_token_num, m);
+      else
+        ATTNSERVE_CHECK(int64_t(b.tree_mask.size()) == int64_t(bs) * spec.draft_token_num, who, ": tree_mask has ",
+                        b.tree_mask.size(), " entries, expected ", int64_t(bs) * spec.draft_token_num,
+                        " (target_verify, batch size ", bs, " x draft_token_num ", spec.draft_token_num, ")");
+    }
+  }
+  if (tree) {
+    out.tree = true;
+    out.tree_keys = tree_keys_of(m, spec);
   }
   if (bs > 0) check_req_to_token(who, b.req_to_token, rules.device);
   const int64_t pool_size = bs > 0 ? b.req_to_token.size(0) : 0;
@@ -123,6 +202,11 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
       }
       case ForwardMode::draft_decode: {
         ATTNSERVE_CHECK(seq >= 1, who, ": seq_lens[", r, "] = ", seq, " must be >= 1 (draft_decode)");
+        if (tree) {
+          q = spec.topk, kv = from_table = seq;
+          add_draft_decode_tree(who, b, r, int32_t(seq), spec, out);
+          break;
+        }
         q = 1, kv = seq + out.num_draft, from_table = seq, dbegin = seq;
         for (int s = 0; s < out.num_draft; ++s) {
           const int64_t slot = b.draft_slots[int64_t(r) * spec.num_steps + s];
@@ -136,6 +220,10 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
       case ForwardMode::target_verify:
         ATTNSERVE_CHECK(seq >= 0, who, ": seq_lens[", r, "] = ", seq, " is negative");
         q = spec.draft_token_num, kv = from_table = seq + spec.draft_token_num;
+        if (tree) {  // the prefix part sees seq keys; the draft tokens' slots are read from the table
+          kv = seq;
+          add_verify_tree(who, b, r, int32_t(seq), spec.draft_token_num, out);
+        }
         break;
       case ForwardMode::idle: break;
     }
@@ -159,7 +247,7 @@ void build_layout(const BatchSpec& b, const LayoutRules& rules, RequestLayout& o
 int padding_q_len(ForwardMode mode, const SpeculativeConfig& spec) {
   switch (mode) {
     case ForwardMode::decode:
-    case ForwardMode::draft_decode: return 1;
+    case ForwardMode::draft_decode: return spec.topk > 1 ? spec.topk : 1;
     case ForwardMode::target_verify: return spec.draft_token_num;
     default: return 0;  // draft_extend: rows are packed accepted tokens; a padding request has none
   }
@@ -167,12 +255,21 @@ int padding_q_len(ForwardMode mode, const SpeculativeConfig& spec) {
 
 void pad_layout(RequestLayout& L, int bs, const SpeculativeConfig& spec) {
   const int q = padding_q_len(L.mode, spec);
-  while (L.bs < bs) L.push(q, 0, 0, INT32_MAX);
+  while (L.bs < bs) {
+    L.push(q, 0, 0, INT32_MAX);
+    if (L.tree) {  // a padding request sees no draft key either
+      L.tree_num_keys.push_back(0);
+      L.tree_mask.insert(L.tree_mask.end(), std::size_t(q), 0);
+      L.tree_pos.insert(L.tree_pos.end(), std::size_t(q), 0);
+    }
+  }
 }
 
 void padding_layout(RequestLayout& L, ForwardMode mode, int bs, const SpeculativeConfig& spec) {
   L.clear_to(mode);
-  if (mode == ForwardMode::draft_decode) {
+  L.tree = is_tree_mode(mode, spec);
+  L.tree_keys = tree_keys_of(mode, spec);
+  if (mode == ForwardMode::draft_decode && !L.tree) {
     L.num_draft = spec.step_id + 1;
     L.draft_row_stride = spec.num_steps;
   }
@@ -184,6 +281,14 @@ void check_spec_config(const char* who, const SpeculativeConfig& s) {
   ATTNSERVE_CHECK(s.num_steps >= 0, who, ": spec.num_steps = ", s.num_steps, " is negative");
   ATTNSERVE_CHECK(s.step_id >= 0 && (s.num_steps == 0 || s.step_id < s.num_steps), who, ": spec.step_id = ", s.step_id,
                   " must be in [0, num_steps = ", s.num_steps, ")");
+  ATTNSERVE_CHECK(s.topk >= 0, who, ": spec.topk = ", s.topk, " is negative (0 and 1: no draft trees)");
+  if (s.topk > 1) {
+    ATTNSERVE_CHECK(s.draft_token_num <= kTreeMaxKeys, who, ": spec.draft_token_num = ", s.draft_token_num,
+                    ": a draft tree (spec.topk > 1) holds at most ", kTreeMaxKeys, " tokens");
+    ATTNSERVE_CHECK(s.num_steps == 0 || int64_t(s.topk) * (s.step_id + 1) <= kTreeMaxKeys, who,
+                    ": spec.topk = ", s.topk, " branches x ", s.step_id + 1, " draft steps (step_id ", s.step_id,
+                    ") exceed the ", kTreeMaxKeys, " draft keys a request may have");
+  }
 }
 
 void check_capacity(const char* who, const PlanCapacity& c) {
@@ -206,8 +311,11 @@ void check_capture_shape(const char* who, int bs, ForwardMode mode, const Specul
                     bs, " requests x ", spec.draft_token_num, " draft tokens exceeds capacity max_num_tokens ",
                     c.max_num_tokens);
   }
-  if (mode == ForwardMode::draft_decode)
+  if (mode == ForwardMode::draft_decode) {
     ATTNSERVE_CHECK(spec.num_steps >= 1, who, ": draft_decode needs spec.num_steps >= 1 in the planner config");
+    ATTNSERVE_CHECK(int64_t(bs) * padding_q_len(mode, spec) <= c.max_num_tokens, who, ": draft_decode graph of ", bs,
+                    " requests x ", spec.topk, " branches exceeds capacity max_num_tokens ", c.max_num_tokens);
+  }
 }
 
 void check_replay_batch(const char* who, int bs, ForwardMode mode, const BatchSpec& batch,

@@ -30,6 +30,13 @@ struct RequestLayout {
   int max_q = 0, max_kv = 0;  // over live requests
   bool any_prefix = false;    // extend: some request has cached keys (cu_seqlens_q != cu_seqlens_k)
   TensorView req_to_token;
+  // Draft trees (spec.topk > 1, target_verify / draft_decode): the tree part's inputs.
+  bool tree = false;
+  int tree_keys = 0;                    // draft keys per request (the tree part's width)
+  std::vector<uint64_t> tree_mask;      // [q_rows] bit j: the row sees draft key j of its request
+  std::vector<int32_t> tree_pos;        // [q_rows] absolute positions
+  std::vector<int32_t> tree_num_keys;   // [bs]
+  std::vector<int32_t> tree_key_slots;  // draft_decode: [live_bs, tree_keys] (verify: from req_to_token)
 
   void clear_to(ForwardMode m);  // keeps the vectors' storage
   void push(int32_t q, int32_t kv, int32_t pool, int32_t dbegin);
@@ -38,6 +45,10 @@ struct RequestLayout {
 // Validates every field `batch.mode` needs against `rules` and fills `out` (throws before returning
 // on the first problem; `out` is scratch). Padding is not added.
 void build_layout(const BatchSpec& batch, const LayoutRules& rules, RequestLayout& out);
+
+// Whether a batch of `mode` attends in two parts over draft trees, and its draft keys per request.
+bool is_tree_mode(ForwardMode mode, const SpeculativeConfig& spec);
+int tree_keys_of(ForwardMode mode, const SpeculativeConfig& spec);
 
 // Query rows of a padding request in a graph of `mode`: its captured shape with no keys.
 int padding_q_len(ForwardMode mode, const SpeculativeConfig& spec);

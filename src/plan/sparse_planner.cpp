@@ -17,6 +17,8 @@ SparsePlanner::Impl::Impl(const SparsePlanConfig& c, Device d) : cfg(c), device(
   ATTNSERVE_CHECK(c.page_size >= 1, who, ": page_size = ", c.page_size, " must be >= 1");
   ATTNSERVE_CHECK(c.topk >= 1, who, ": topk = ", c.topk, " must be >= 1");
   check_spec_config(who, c.spec);
+  ATTNSERVE_CHECK(c.spec.topk <= 1, who, ": draft trees (spec.topk = ", c.spec.topk,
+                  " > 1) are not supported by the sparse planner yet (the dense planner has them)");
 }
 
 void SparsePlanner::Impl::require_init(const char* who) const {
