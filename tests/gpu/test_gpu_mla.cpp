@@ -128,18 +128,21 @@ void check_mla(const MlaSpec& s, std::mt19937_64& g) {
 TEST(GpuMla, DecodeHq16AndHq128) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
-  for (int hq : {16, 128}) {
-    for (int ps : {1, 64}) {
-      SCOPED_TRACE("h_q " + std::to_string(hq) + " page " + std::to_string(ps));
-      MlaSpec s;
-      s.h_q = hq;
-      s.page_size = ps;
-      s.q_lens = {1, 1, 1};
-      std::uniform_int_distribution<int> d(1, 900);
-      s.k_lens = {d(g), d(g), d(g)};
-      check_mla(s, g);
+  // sm90 -1: the default choice (the Hopper kernel on an H200); 0: the portable kernel on every device.
+  for (int sm90 : {-1, 0})
+    for (int hq : {16, 128}) {
+      for (int ps : {1, 64}) {
+        SCOPED_TRACE("h_q " + std::to_string(hq) + " page " + std::to_string(ps) + " sm90 " + std::to_string(sm90));
+        MlaSpec s;
+        s.tuning.sm90 = sm90;
+        s.h_q = hq;
+        s.page_size = ps;
+        s.q_lens = {1, 1, 1};
+        std::uniform_int_distribution<int> d(1, 900);
+        s.k_lens = {d(g), d(g), d(g)};
+        check_mla(s, g);
+      }
     }
-  }
 }
 
 TEST(GpuMla, DecodeEveryBlockSize) {  // HB 16 (h_q 16), 32 (20, 32), 64 (40, 64, 128: partial blocks at 20, 40)
@@ -234,17 +237,22 @@ TEST(GpuMla, ForcedSplitsAndDeterministic) {
 TEST(GpuMla, EdgeCases) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
-  MlaSpec s;  // zero_len_kv, q_len > k_len, last_page_partial
-  s.q_lens = {1, 5, 1};
-  s.k_lens = {0, 3, 65};
-  check_mla(s, g);
-  s.h_q = 64;  // the same with HB 64: rows with no visible key inside a block that has some
-  check_mla(s, g);
-  for (int hq : {16, 32, 64}) {  // the ring wraps several times (racecheck runs this test)
-    MlaSpec w;
-    w.h_q = hq;
-    w.q_lens = {1, 1};
-    w.k_lens = {300, 7};
-    check_mla(w, g);
+  for (int sm90 : {-1, 0}) {  // the default choice, then the portable kernel (on an H200 the default is Hopper)
+    SCOPED_TRACE("sm90 " + std::to_string(sm90));
+    MlaSpec s;  // zero_len_kv, q_len > k_len, last_page_partial
+    s.tuning.sm90 = sm90;
+    s.q_lens = {1, 5, 1};
+    s.k_lens = {0, 3, 65};
+    check_mla(s, g);
+    s.h_q = 64;  // the same with HB 64: rows with no visible key inside a block that has some
+    check_mla(s, g);
+    for (int hq : {16, 32, 64}) {  // the ring wraps several times (racecheck runs this test)
+      MlaSpec w;
+      w.tuning.sm90 = sm90;
+      w.h_q = hq;
+      w.q_lens = {1, 1};
+      w.k_lens = {300, 7};
+      check_mla(w, g);
+    }
   }
 }
