@@ -1,0 +1,162 @@
+// One rank's context-parallel attention call: local attention with LSE into this rank's slot of a
+// gather buffer, an in-place all-gather, merge_states of the parts into the caller's out / lse.
+//
+// Workspace: [gather: W packets][the op's own workspace], each 256-byte aligned. A packet is one
+// rank's partial state for every row: [out rows x h x d_v, out dtype | pad to 16 B][lse rows x h, f32
+// | pad to 16 B], so one all-gather moves both and merge_states reads the parts through strides.
+#include <string>
+
+#include "attnserve/context_parallel.h"
+#include "attnserve/ops/attention.h"
+#include "attnserve/ops/sparse_mla.h"
+
+namespace attnserve {
+namespace {
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// The partial-state layout of one call: rows x heads x d_v in `dtype`, plus the f32 lse.
+struct PartLayout {
+  int64_t rows = 0, heads = 0, d_v = 0;
+  DType dtype = DType::f32;
+  int world_size = 1;
+
+  std::size_t out_bytes() const { return align_up(std::size_t(rows * heads * d_v) * dtype_size(dtype), 16); }
+  std::size_t packet_bytes() const { return out_bytes() + align_up(std::size_t(rows * heads) * 4, 16); }
+  std::size_t gather_bytes() const { return align_up(packet_bytes() * std::size_t(world_size), kAlign); }
+
+  // Views of part `r` (out, lse) and of all parts as [W, rows, heads, d_v] / [W, rows, heads].
+  TensorView out_part(void* gather, Device dev, int r) const {
+    return TensorView::contiguous(static_cast<uint8_t*>(gather) + packet_bytes() * std::size_t(r), dtype,
+                                  {rows, heads, d_v}, dev);
+  }
+  TensorView lse_part(void* gather, Device dev, int r) const {
+    return TensorView::contiguous(static_cast<uint8_t*>(gather) + packet_bytes() * std::size_t(r) + out_bytes(),
+                                  DType::f32, {rows, heads}, dev);
+  }
+  TensorView all_out(void* gather, Device dev) const {
+    TensorView v = TensorView::contiguous(gather, dtype, {world_size, rows, heads, d_v}, dev);
+    v.strides[0] = int64_t(packet_bytes() / dtype_size(dtype));  // packet_bytes is a multiple of 16
+    return v;
+  }
+  TensorView all_lse(void* gather, Device dev) const {
+    TensorView v =
+        TensorView::contiguous(static_cast<uint8_t*>(gather) + out_bytes(), DType::f32, {world_size, rows, heads}, dev);
+    v.strides[0] = int64_t(packet_bytes() / 4);
+    return v;
+  }
+};
+
+PartLayout layout_of(const char* who, const TensorView& out, int world_size) {
+  ATTNSERVE_CHECK(world_size >= 1, who, ": world_size must be >= 1, got ", world_size);
+  check_tensor(who, "out", out, {DType::bf16, DType::f16, DType::f32}, {-1, -1, -1});
+  return {out.size(0), out.size(1), out.size(2), out.dtype, world_size};
+}
+
+void check_single_query(const char* who, int max_seqlen_q) {
+  ATTNSERVE_CHECK(max_seqlen_q <= 1, who, ": argument 'max_seqlen_q' must be 1 (every query row is its own ",
+                  "request in a context-parallel plan), got ", max_seqlen_q);
+}
+
+void check_no_window(const char* who, int window_left, int window_right) {
+  ATTNSERVE_CHECK(window_left < 0 && window_right < 0, who,
+                  ": sliding windows are not supported with context parallelism (a window is in global "
+                  "positions), got window (",
+                  window_left, ", ", window_right, ")");
+}
+
+// Splits the workspace; the gather part first.
+struct Split {
+  void* gather = nullptr;
+  Workspace op{};
+};
+// The op gets the rest (it checks its own size), so the call needs no device query.
+Split split(const char* who, const PartLayout& l, Workspace ws) {
+  const std::size_t need = l.gather_bytes();
+  ATTNSERVE_CHECK(ws.bytes >= need && (need == 0 || ws.data != nullptr), who, ": workspace holds ", ws.bytes,
+                  " bytes, the gather buffer alone needs ", need, " (size it with the *_workspace_size query)");
+  ATTNSERVE_CHECK(reinterpret_cast<uintptr_t>(ws.data) % kAlign == 0, who, ": workspace must be ", kAlign,
+                  "-byte aligned");
+  return {ws.data, Workspace{static_cast<uint8_t*>(ws.data) + l.gather_bytes(), ws.bytes - l.gather_bytes()}};
+}
+
+// After the local op wrote this rank's part: exchange, then merge into out / lse.
+void exchange_and_merge(const char* who, const PartLayout& l, void* gather, Device dev, Communicator& comm,
+                        const TensorView& out, const TensorView& lse, Stream stream) {
+  ATTNSERVE_CHECK(comm.world_size() == l.world_size, who, ": communicator has ", comm.world_size(),
+                  " ranks, the workspace was sized for ", l.world_size);
+  uint8_t* base = static_cast<uint8_t*>(gather);
+  comm.all_gather(base + l.packet_bytes() * std::size_t(comm.rank()), base, l.packet_bytes(), stream);
+  merge_states({.v_parts = l.all_out(gather, dev), .s_parts = l.all_lse(gather, dev), .v_out = out, .s_out = lse},
+               stream);
+}
+
+}  // namespace
+
+// ---- Dense paged attention ----------------------------------------------------------------------
+
+std::size_t cp_paged_attention_workspace_size(const PagedAttentionArgs& a, const DeviceCaps& caps, int world_size) {
+  const PartLayout l = layout_of("cp_paged_attention", a.out, world_size);
+  return l.gather_bytes() + align_up(paged_attention_workspace_size(a, caps), kAlign);
+}
+
+void cp_paged_attention(const PagedAttentionArgs& a, Communicator& comm, Workspace ws, Stream stream) {
+  constexpr const char* who = "cp_paged_attention";
+  check_single_query(who, a.max_seqlen_q);
+  check_no_window(who, a.window_left, a.window_right);
+  const PartLayout l = layout_of(who, a.out, comm.world_size());
+  const Device dev = a.q.device;
+  const Split s = split(who, l, ws);
+  PagedAttentionArgs local = a;
+  local.out = l.out_part(s.gather, dev, comm.rank());
+  local.lse = l.lse_part(s.gather, dev, comm.rank());
+  paged_attention(local, s.op, stream);
+  exchange_and_merge(who, l, s.gather, dev, comm, a.out, a.lse, stream);
+}
+
+// ---- MLA (absorbed) -----------------------------------------------------------------------------
+
+std::size_t cp_mla_attention_workspace_size(const MlaAttentionArgs& a, const DeviceCaps& caps, int world_size) {
+  const PartLayout l = layout_of("cp_mla_attention", a.out, world_size);
+  return l.gather_bytes() + align_up(mla_attention_workspace_size(a, caps), kAlign);
+}
+
+void cp_mla_attention(const MlaAttentionArgs& a, Communicator& comm, Workspace ws, Stream stream) {
+  constexpr const char* who = "cp_mla_attention";
+  check_single_query(who, a.max_seqlen_q);
+  check_no_window(who, a.window_left, a.window_right);
+  const PartLayout l = layout_of(who, a.out, comm.world_size());
+  const Device dev = a.q_nope.device;
+  const Split s = split(who, l, ws);
+  MlaAttentionArgs local = a;
+  local.out = l.out_part(s.gather, dev, comm.rank());
+  local.lse = l.lse_part(s.gather, dev, comm.rank());
+  mla_attention(local, s.op, stream);
+  exchange_and_merge(who, l, s.gather, dev, comm, a.out, a.lse, stream);
+}
+
+// ---- Sparse MLA ---------------------------------------------------------------------------------
+
+std::size_t cp_sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps, int world_size) {
+  const PartLayout l = layout_of("cp_sparse_mla", a.out, world_size);
+  return l.gather_bytes() + align_up(sparse_mla_workspace_size(a, caps), kAlign);
+}
+
+void cp_sparse_mla(const SparseMlaArgs& a, Communicator& comm, Workspace ws, Stream stream) {
+  constexpr const char* who = "cp_sparse_mla";
+  ATTNSERVE_CHECK(a.attn_sink.empty_view(), who,
+                  ": attn_sink is not supported with context parallelism (its term would enter every "
+                  "rank's denominator)");
+  ATTNSERVE_CHECK(a.max_logits.empty_view(), who, ": max_logits is not merged across ranks; leave it empty");
+  const PartLayout l = layout_of(who, a.out, comm.world_size());
+  const Device dev = a.q.device;
+  const Split s = split(who, l, ws);
+  SparseMlaArgs local = a;
+  local.out = l.out_part(s.gather, dev, comm.rank());
+  local.lse = l.lse_part(s.gather, dev, comm.rank());
+  sparse_mla(local, s.op, stream);
+  exchange_and_merge(who, l, s.gather, dev, comm, a.out, a.lse, stream);
+}
+
+}  // namespace attnserve
