@@ -1,8 +1,10 @@
 # NCCL for the context-parallel exchange (src/cp/nccl, NcclCommunicator). Included from
 # CMakeLists.txt after the CUDA setup; sets ATTNSERVE_NCCL_FOUND_USE (ON/OFF).
 #   ATTNSERVE_NCCL = AUTO (default: on when CUDA is on and NCCL is found), ON (required), OFF.
-# Where it looks: ATTNSERVE_NCCL_DIR, $NCCL_ROOT / $NCCL_HOME, the nvidia-nccl-cu13/-cu12 wheel of
-# the Python on PATH (site-packages/nvidia/nccl/{include,lib}; PyTorch pulls it in), then the system.
+# Where it looks, in order (header and library from the first root that has them): ATTNSERVE_NCCL_DIR,
+# $NCCL_ROOT / $NCCL_HOME, the nvidia-nccl-cu13/-cu12 wheel of the Python on PATH
+# (site-packages/nvidia/nccl/{include,lib}; PyTorch pulls it in), the CUDA toolkit (CUDA 13 ships
+# NCCL), then the system.
 set(ATTNSERVE_NCCL AUTO CACHE STRING "Build the NCCL communicator (AUTO, ON, OFF)")
 set(ATTNSERVE_NCCL_DIR "" CACHE PATH "NCCL root: include/nccl.h and lib/libnccl.so*")
 set(ATTNSERVE_NCCL_FOUND_USE OFF)
@@ -23,9 +25,17 @@ if(NOT ATTNSERVE_NCCL STREQUAL "OFF")
         list(APPEND _nccl_hints "${_nccl_wheel}")
       endif()
     endif()
+    get_filename_component(_cuda_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
+    list(APPEND _nccl_hints "${_cuda_root}")
     find_path(ATTNSERVE_NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include)
-    # The wheel ships only the versioned name (libnccl.so.2).
-    find_library(ATTNSERVE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_hints} PATH_SUFFIXES lib lib64)
+    # The library next to the header found first; the wheel ships only the versioned name
+    # (libnccl.so.2); NAMES_PER_DIR keeps the hints' order ahead of the names' order.
+    if(ATTNSERVE_NCCL_INCLUDE_DIR)
+      get_filename_component(_nccl_root "${ATTNSERVE_NCCL_INCLUDE_DIR}" DIRECTORY)
+      list(PREPEND _nccl_hints "${_nccl_root}")
+    endif()
+    find_library(ATTNSERVE_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_nccl_hints}
+                 PATH_SUFFIXES lib lib64)
     if(ATTNSERVE_NCCL_INCLUDE_DIR AND ATTNSERVE_NCCL_LIBRARY)
       set(ATTNSERVE_NCCL_FOUND_USE ON)
     elseif(ATTNSERVE_NCCL STREQUAL "ON")
