@@ -1,7 +1,8 @@
 // One rank's context-parallel attention call: local attention with LSE into this rank's slot of a
 // gather buffer, an in-place all-gather, merge_states of the parts into the caller's out / lse.
 //
-// Workspace: [gather: W packets][the op's own workspace], each 256-byte aligned. A packet is one
+// Workspace: [gather: W packets][the op's own workspace], each 256-byte aligned (from the first
+// 256-byte boundary of the caller's buffer). A packet is one
 // rank's partial state for every row: [out rows x h x d_v, out dtype | pad to 16 B][lse rows x h, f32
 // | pad to 16 B], so one all-gather moves both and merge_states reads the parts through strides.
 #include <string>
@@ -66,19 +67,22 @@ void check_no_window(const char* who, int window_left, int window_right) {
                   window_left, ", ", window_right, ")");
 }
 
-// Splits the workspace; the gather part first.
 struct Split {
   void* gather = nullptr;
   Workspace op{};
 };
-// The op gets the rest (it checks its own size), so the call needs no device query.
+
+// Splits the workspace: the gather buffer at the first 256-byte boundary (the size query adds the
+// slack, so any allocation works), the op gets the rest (it checks its own size; no device query).
 Split split(const char* who, const PartLayout& l, Workspace ws) {
-  const std::size_t need = l.gather_bytes();
-  ATTNSERVE_CHECK(ws.bytes >= need && (need == 0 || ws.data != nullptr), who, ": workspace holds ", ws.bytes,
-                  " bytes, the gather buffer alone needs ", need, " (size it with the *_workspace_size query)");
-  ATTNSERVE_CHECK(reinterpret_cast<uintptr_t>(ws.data) % kAlign == 0, who, ": workspace must be ", kAlign,
-                  "-byte aligned");
-  return {ws.data, Workspace{static_cast<uint8_t*>(ws.data) + l.gather_bytes(), ws.bytes - l.gather_bytes()}};
+  const uintptr_t base = reinterpret_cast<uintptr_t>(ws.data);
+  const std::size_t skip = std::size_t(align_up(base, kAlign) - base);
+  const std::size_t need = skip + l.gather_bytes();
+  ATTNSERVE_CHECK(ws.bytes >= need && (l.gather_bytes() == 0 || ws.data != nullptr), who, ": workspace holds ",
+                  ws.bytes, " bytes, the gather buffer alone needs ", need,
+                  " (size it with the *_workspace_size query)");
+  uint8_t* gather = static_cast<uint8_t*>(ws.data) + skip;
+  return {gather, Workspace{gather + l.gather_bytes(), ws.bytes - need}};
 }
 
 // After the local op wrote this rank's part: exchange, then merge into out / lse.
@@ -98,7 +102,7 @@ void exchange_and_merge(const char* who, const PartLayout& l, void* gather, Devi
 
 std::size_t cp_paged_attention_workspace_size(const PagedAttentionArgs& a, const DeviceCaps& caps, int world_size) {
   const PartLayout l = layout_of("cp_paged_attention", a.out, world_size);
-  return l.gather_bytes() + align_up(paged_attention_workspace_size(a, caps), kAlign);
+  return kAlign + l.gather_bytes() + align_up(paged_attention_workspace_size(a, caps), kAlign);
 }
 
 void cp_paged_attention(const PagedAttentionArgs& a, Communicator& comm, Workspace ws, Stream stream) {
@@ -119,7 +123,7 @@ void cp_paged_attention(const PagedAttentionArgs& a, Communicator& comm, Workspa
 
 std::size_t cp_mla_attention_workspace_size(const MlaAttentionArgs& a, const DeviceCaps& caps, int world_size) {
   const PartLayout l = layout_of("cp_mla_attention", a.out, world_size);
-  return l.gather_bytes() + align_up(mla_attention_workspace_size(a, caps), kAlign);
+  return kAlign + l.gather_bytes() + align_up(mla_attention_workspace_size(a, caps), kAlign);
 }
 
 void cp_mla_attention(const MlaAttentionArgs& a, Communicator& comm, Workspace ws, Stream stream) {
@@ -140,7 +144,7 @@ void cp_mla_attention(const MlaAttentionArgs& a, Communicator& comm, Workspace w
 
 std::size_t cp_sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps, int world_size) {
   const PartLayout l = layout_of("cp_sparse_mla", a.out, world_size);
-  return l.gather_bytes() + align_up(sparse_mla_workspace_size(a, caps), kAlign);
+  return kAlign + l.gather_bytes() + align_up(sparse_mla_workspace_size(a, caps), kAlign);
 }
 
 void cp_sparse_mla(const SparseMlaArgs& a, Communicator& comm, Workspace ws, Stream stream) {
