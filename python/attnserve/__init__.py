@@ -69,11 +69,11 @@ Communicator = _attnserve.Communicator
 InProcessGroup = _attnserve.InProcessGroup
 NcclCommunicator = _attnserve.NcclCommunicator
 nccl_available = _attnserve.nccl_available
-plan_context_parallel = _attnserve.plan_context_parallel
-cp_route_topk = _attnserve.cp_route_topk
-_CP_OPS = ["cp_paged_attention", "cp_mla_attention", "cp_sparse_mla"]
+_CP_OPS = ["plan_context_parallel", "cp_route_topk", "cp_paged_attention", "cp_mla_attention", "cp_sparse_mla"]
 for _name in _CP_OPS:
     globals()[_name] = _wrap(getattr(_attnserve, _name))
+for _m in ("__init__", "communicator"):
+    _wrap_method(_attnserve.InProcessGroup, _m)
 
 
 def workspace_size(op, *args, **kwargs) -> int:
@@ -87,5 +87,4 @@ __all__ = ["__version__", "workspace_size", "Error", "ArrayView", "TopkTransform
            "IndexerKeyPool", "ForwardMode", "DensePlanner", "SparsePlanner", *_OPS]
 __all__ += ["DenseBackend", "SparseBackend", "DenseMultiStepBackend", "SparseMultiStepBackend", "ForwardBatch",
             "LayerSpec", "NSAIndexerMetadata"]
-__all__ += ["Communicator", "InProcessGroup", "NcclCommunicator", "nccl_available", "plan_context_parallel",
-            "cp_route_topk", *_CP_OPS]
+__all__ += ["Communicator", "InProcessGroup", "NcclCommunicator", "nccl_available", *_CP_OPS]

@@ -90,7 +90,8 @@ CpRankPlan plan_context_parallel(const CpConfig& c, const CpBatch& b, int rank) 
     }
   }
 
-  p.num_rows = bs * shape.q_len;
+  p.num_rows = narrow_i32(int64_t(bs) * shape.q_len, "plan_context_parallel: query rows");
+  narrow_i32(int64_t(p.num_rows) * p.local_width, "plan_context_parallel: local page-table entries");
   p.page_table.assign(size_t(p.num_rows) * size_t(p.local_width), 0);
   p.cache_seqlens.resize(size_t(p.num_rows));
   p.cu_seqlens_q.resize(size_t(p.num_rows) + 1);
