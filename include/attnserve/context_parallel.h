@@ -16,9 +16,10 @@
 // request over the rank's pages: a verify row's causal limit (global position p) becomes the count
 // of local keys at positions <= p, which the op's bottom-right alignment cannot express for a
 // multi-row request once keys are dealt out. Decode needs no expansion (one row per request).
-// Softcap, GQA and FP8 caches work unchanged (per key). Not supported, rejected with an error:
-// sliding windows (a window is in global positions), attn_sink (sparse path), and query rows that
-// are not single-query requests (max_seqlen_q > 1).
+// Softcap, GQA and FP8 caches work unchanged (per key); the sparse path's attn_sink enters the
+// merge once, as a part of its own. Not supported, rejected with an error: sliding windows (a
+// window is in global positions), max_logits (sparse path), and query rows that are not
+// single-query requests (max_seqlen_q > 1).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -108,8 +109,9 @@ void cp_paged_attention(const PagedAttentionArgs& a, Communicator& comm, Workspa
 std::size_t cp_mla_attention_workspace_size(const MlaAttentionArgs& a, const DeviceCaps& caps, int world_size);
 void cp_mla_attention(const MlaAttentionArgs& a, Communicator& comm, Workspace ws, Stream stream = {});
 
-// a.indices: this rank's routed slots (cp_route_topk); attn_sink is not supported (its term must
-// enter the denominator once, not once per rank).
+// a.indices: this rank's routed slots (cp_route_topk). attn_sink: every rank runs without it and
+// the merge adds it once (a part with out = 0, lse = sink[h]); a.lse excludes the sink, as in
+// sparse_mla. max_logits is not supported.
 std::size_t cp_sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps, int world_size);
 void cp_sparse_mla(const SparseMlaArgs& a, Communicator& comm, Workspace ws, Stream stream = {});
 

@@ -215,13 +215,14 @@ void bind_context_parallel(nb::module_& m) {
   m.def(
       "cp_sparse_mla",
       [](Communicator& comm, RoArray q, RoArray kv, RoArray indices, Array out, float softmax_scale,
-         OptRoArray topk_length, OptArray lse, bool deterministic, OptArray workspace, uintptr_t stream,
-         bool query_workspace) -> nb::object {
+         OptRoArray topk_length, OptRoArray attn_sink, OptArray lse, bool deterministic, OptArray workspace,
+         uintptr_t stream, bool query_workspace) -> nb::object {
         SparseMlaArgs a{.q = to_view(q),
                         .kv = to_view(kv),
                         .indices = to_view(indices),
                         .out = to_view(out),
                         .topk_length = to_view(topk_length),
+                        .attn_sink = to_view(attn_sink),
                         .lse = to_view(lse),
                         .softmax_scale = softmax_scale,
                         .deterministic = deterministic};
@@ -232,9 +233,10 @@ void bind_context_parallel(nb::module_& m) {
         return nb::none();
       },
       arg("comm"), arg("q"), arg("kv"), arg("indices"), arg("out"), nb::kw_only(), arg("softmax_scale"),
-      arg("topk_length") = nb::none(), arg("lse") = nb::none(), arg("deterministic") = false,
-      arg("workspace") = nb::none(), arg("stream") = 0, arg("query_workspace") = false,
-      "One rank's context-parallel sparse MLA: indices are this rank's slots (cp_route_topk).");
+      arg("topk_length") = nb::none(), arg("attn_sink") = nb::none(), arg("lse") = nb::none(),
+      arg("deterministic") = false, arg("workspace") = nb::none(), arg("stream") = 0, arg("query_workspace") = false,
+      "One rank's context-parallel sparse MLA: indices are this rank's slots (cp_route_topk); attn_sink\n"
+      "enters the merge once; lse excludes it.");
 }
 
 }  // namespace attnserve::py

@@ -5,6 +5,11 @@
 // 256-byte boundary of the caller's buffer). A packet is one
 // rank's partial state for every row: [out rows x h x d_v, out dtype | pad to 16 B][lse rows x h, f32
 // | pad to 16 B], so one all-gather moves both and merge_states reads the parts through strides.
+// Sparse MLA with attn_sink: the sink is one more part after the W gathered ones (out = 0,
+// lse = sink[h] on every row), which adds exp(sink) to the merged denominator once; with a.lse,
+// a second merge of the W parts alone gives the lse without the sink (sparse_mla's contract), into
+// one more scratch part.
+#include <algorithm>
 #include <string>
 
 #include "attnserve/context_parallel.h"
@@ -22,12 +27,13 @@ struct PartLayout {
   int64_t rows = 0, heads = 0, d_v = 0;
   DType dtype = DType::f32;
   int world_size = 1;
+  int extra_parts = 0;  // after the W gathered parts: the sink part, then the scratch part
 
   std::size_t out_bytes() const { return align_up(std::size_t(rows * heads * d_v) * dtype_size(dtype), 16); }
   std::size_t packet_bytes() const { return out_bytes() + align_up(std::size_t(rows * heads) * 4, 16); }
-  std::size_t gather_bytes() const { return align_up(packet_bytes() * std::size_t(world_size), kAlign); }
+  std::size_t gather_bytes() const { return align_up(packet_bytes() * std::size_t(world_size + extra_parts), kAlign); }
 
-  // Views of part `r` (out, lse) and of all parts as [W, rows, heads, d_v] / [W, rows, heads].
+  // Views of part `r` (out, lse) and of the first n parts as [n, rows, heads, d_v] / [n, rows, heads].
   TensorView out_part(void* gather, Device dev, int r) const {
     return TensorView::contiguous(static_cast<uint8_t*>(gather) + packet_bytes() * std::size_t(r), dtype,
                                   {rows, heads, d_v}, dev);
@@ -36,23 +42,23 @@ struct PartLayout {
     return TensorView::contiguous(static_cast<uint8_t*>(gather) + packet_bytes() * std::size_t(r) + out_bytes(),
                                   DType::f32, {rows, heads}, dev);
   }
-  TensorView all_out(void* gather, Device dev) const {
-    TensorView v = TensorView::contiguous(gather, dtype, {world_size, rows, heads, d_v}, dev);
+  TensorView all_out(void* gather, Device dev, int n) const {
+    TensorView v = TensorView::contiguous(gather, dtype, {n, rows, heads, d_v}, dev);
     v.strides[0] = int64_t(packet_bytes() / dtype_size(dtype));  // packet_bytes is a multiple of 16
     return v;
   }
-  TensorView all_lse(void* gather, Device dev) const {
+  TensorView all_lse(void* gather, Device dev, int n) const {
     TensorView v =
-        TensorView::contiguous(static_cast<uint8_t*>(gather) + out_bytes(), DType::f32, {world_size, rows, heads}, dev);
+        TensorView::contiguous(static_cast<uint8_t*>(gather) + out_bytes(), DType::f32, {n, rows, heads}, dev);
     v.strides[0] = int64_t(packet_bytes() / 4);
     return v;
   }
 };
 
-PartLayout layout_of(const char* who, const TensorView& out, int world_size) {
+PartLayout layout_of(const char* who, const TensorView& out, int world_size, int extra_parts = 0) {
   ATTNSERVE_CHECK(world_size >= 1, who, ": world_size must be >= 1, got ", world_size);
   check_tensor(who, "out", out, {DType::bf16, DType::f16, DType::f32}, {-1, -1, -1});
-  return {out.size(0), out.size(1), out.size(2), out.dtype, world_size};
+  return {out.size(0), out.size(1), out.size(2), out.dtype, world_size, extra_parts};
 }
 
 void check_single_query(const char* who, int max_seqlen_q) {
@@ -92,8 +98,42 @@ void exchange_and_merge(const char* who, const PartLayout& l, void* gather, Devi
                   " ranks, the workspace was sized for ", l.world_size);
   uint8_t* base = static_cast<uint8_t*>(gather);
   comm.all_gather(base + l.packet_bytes() * std::size_t(comm.rank()), base, l.packet_bytes(), stream);
-  merge_states({.v_parts = l.all_out(gather, dev), .s_parts = l.all_lse(gather, dev), .v_out = out, .s_out = lse},
+  const int W = l.world_size;
+  if (l.extra_parts == 0) {
+    merge_states(
+        {.v_parts = l.all_out(gather, dev, W), .s_parts = l.all_lse(gather, dev, W), .v_out = out, .s_out = lse},
+        stream);
+    return;
+  }
+  // With the sink part: out over W + 1 parts; lse (without the sink) over the W parts.
+  merge_states({.v_parts = l.all_out(gather, dev, W + 1), .s_parts = l.all_lse(gather, dev, W + 1), .v_out = out},
                stream);
+  if (!lse.empty_view())
+    merge_states({.v_parts = l.all_out(gather, dev, W),
+                  .s_parts = l.all_lse(gather, dev, W),
+                  .v_out = l.out_part(gather, dev, W + 1),
+                  .s_out = lse},
+                 stream);
+}
+
+TensorView bytes_at(void* p, std::size_t n, Device dev) {
+  return TensorView::contiguous(p, DType::u8, {int64_t(n)}, dev);
+}
+
+// The sink part (index W): out = 0, lse[row, h] = sink[h]. Stream-ordered copies only (no kernel):
+// sink into row 0, then rows [0, n) doubled into [n, 2n) until every row is set.
+void write_sink_part(const PartLayout& l, void* gather, Device dev, const TensorView& sink, Stream stream) {
+  uint8_t* packet = static_cast<uint8_t*>(gather) + l.packet_bytes() * std::size_t(l.world_size);
+  memset_async(bytes_at(packet, l.out_bytes(), dev), 0, stream);
+  if (l.rows == 0) return;
+  const std::size_t row_bytes = std::size_t(l.heads) * 4;
+  uint8_t* lse = packet + l.out_bytes();
+  copy_async(bytes_at(lse, row_bytes, dev), bytes_at(sink.data, row_bytes, dev), stream);
+  for (int64_t done = 1; done < l.rows; done *= 2) {
+    const int64_t n = std::min(done, l.rows - done);
+    copy_async(bytes_at(lse + std::size_t(done) * row_bytes, std::size_t(n) * row_bytes, dev),
+               bytes_at(lse, std::size_t(n) * row_bytes, dev), stream);
+  }
 }
 
 }  // namespace
@@ -142,21 +182,32 @@ void cp_mla_attention(const MlaAttentionArgs& a, Communicator& comm, Workspace w
 
 // ---- Sparse MLA ---------------------------------------------------------------------------------
 
+int sink_parts(const SparseMlaArgs& a) {
+  if (a.attn_sink.empty_view()) return 0;
+  return a.lse.empty_view() ? 1 : 2;  // the sink part, and the scratch out of the lse-only merge
+}
+
 std::size_t cp_sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps, int world_size) {
-  const PartLayout l = layout_of("cp_sparse_mla", a.out, world_size);
-  return kAlign + l.gather_bytes() + align_up(sparse_mla_workspace_size(a, caps), kAlign);
+  const PartLayout l = layout_of("cp_sparse_mla", a.out, world_size, sink_parts(a));
+  SparseMlaArgs local = a;
+  local.attn_sink = {};
+  return kAlign + l.gather_bytes() + align_up(sparse_mla_workspace_size(local, caps), kAlign);
 }
 
 void cp_sparse_mla(const SparseMlaArgs& a, Communicator& comm, Workspace ws, Stream stream) {
   constexpr const char* who = "cp_sparse_mla";
-  ATTNSERVE_CHECK(a.attn_sink.empty_view(), who,
-                  ": attn_sink is not supported with context parallelism (its term would enter every "
-                  "rank's denominator)");
   ATTNSERVE_CHECK(a.max_logits.empty_view(), who, ": max_logits is not merged across ranks; leave it empty");
-  const PartLayout l = layout_of(who, a.out, comm.world_size());
+  const PartLayout l = layout_of(who, a.out, comm.world_size(), sink_parts(a));
   const Device dev = a.q.device;
+  if (!a.attn_sink.empty_view()) {
+    check_tensor(who, "attn_sink", a.attn_sink, {DType::f32}, {l.heads});
+    check_same_device(who, {&a.q, &a.attn_sink});
+    ATTNSERVE_CHECK(a.attn_sink.is_contiguous(), who, ": argument 'attn_sink' must be contiguous");
+  }
   const Split s = split(who, l, ws);
+  if (!a.attn_sink.empty_view()) write_sink_part(l, s.gather, dev, a.attn_sink, stream);
   SparseMlaArgs local = a;
+  local.attn_sink = {};  // enters once, as its own part
   local.out = l.out_part(s.gather, dev, comm.rank());
   local.lse = l.lse_part(s.gather, dev, comm.rank());
   sparse_mla(local, s.op, stream);

@@ -236,73 +236,77 @@ void expect_sparse_match(const std::vector<double>& got, const std::vector<doubl
 TEST(ContextParallelAttention, SparseMlaEqualsSingleRank) {
   std::mt19937_64 g(1915);
   for (int W : {2, 3, 4})
-    for (int P : {1, 16, 64}) {
-      const std::string label = "sparse W=" + std::to_string(W) + " P=" + std::to_string(P);
-      // Three requests, rows per request 1 / 2 / 3 (verify-like), positions in [-1, kv_len).
-      const std::vector<int32_t> kv_lens{std::max(1, P / 2), 3 * P + 1, 2 * W * P + 7};
-      const std::vector<int32_t> row_request{0, 1, 1, 2, 2, 2};
-      const int bs = 3, rows = 6, topk = 24;
-      int width = 0, pages = 0;
-      for (int kv : kv_lens) width = std::max(width, (kv + P - 1) / P), pages += (kv + P - 1) / P;
-      std::vector<int32_t> ids(size_t(pages) + 4);
-      std::iota(ids.begin(), ids.end(), 1);
-      std::shuffle(ids.begin(), ids.end(), g);
-      std::vector<int32_t> table(size_t(bs * width), 0);
-      size_t next = 0;
-      for (int r = 0; r < bs; ++r)
-        for (int p = 0; p * P < kv_lens[size_t(r)]; ++p) table[size_t(r * width + p)] = ids[next++];
-      SparseMlaCase sc{.rows = rows, .h_q = 4, .num_slots = int64_t(pages + 6) * P, .topk = topk};
-      SparseMlaProblem prob = make_sparse_mla_problem(sc, g);
-      std::vector<int32_t> pos(size_t(rows * topk));
-      for (int i = 0; i < rows; ++i) {
-        std::uniform_int_distribution<int> u(-1, kv_lens[size_t(row_request[size_t(i)])] - 1);
-        for (int j = 0; j < topk; ++j) pos[size_t(i * topk + j)] = i == 0 && j > 0 ? -1 : u(g);
-      }
-      // The single-rank problem: positions -> global slots (all ranks' pages in one pool).
-      const CpTopkRouting routing{.topk_positions = pos,
-                                  .topk = topk,
-                                  .row_request = row_request,
-                                  .kv_lens = kv_lens,
-                                  .page_table = table,
-                                  .page_table_width = width};
-      {
-        std::span<int32_t> global(prob.index_ptr(), size_t(rows * topk));
-        cp_route_topk({.world_size = 1, .page_size = P}, 0, routing, global);
-      }
-      SparseMlaArgs global_args = prob.args();
-      global_args.max_logits = {};
-      const SparseMlaReference ref64 = reference_sparse_mla<double>(global_args);
-      const SparseMlaReference ref32 = reference_sparse_mla<float>(global_args);
+    for (int P : {1, 16, 64})
+      for (bool sink : {false, true}) {
+        const std::string label =
+            "sparse W=" + std::to_string(W) + " P=" + std::to_string(P) + (sink ? " attn_sink" : "");
+        // Three requests, rows per request 1 / 2 / 3 (verify-like), positions in [-1, kv_len).
+        const std::vector<int32_t> kv_lens{std::max(1, P / 2), 3 * P + 1, 2 * W * P + 7};
+        const std::vector<int32_t> row_request{0, 1, 1, 2, 2, 2};
+        const int bs = 3, rows = 6, topk = 24;
+        int width = 0, pages = 0;
+        for (int kv : kv_lens) width = std::max(width, (kv + P - 1) / P), pages += (kv + P - 1) / P;
+        std::vector<int32_t> ids(size_t(pages) + 4);
+        std::iota(ids.begin(), ids.end(), 1);
+        std::shuffle(ids.begin(), ids.end(), g);
+        std::vector<int32_t> table(size_t(bs * width), 0);
+        size_t next = 0;
+        for (int r = 0; r < bs; ++r)
+          for (int p = 0; p * P < kv_lens[size_t(r)]; ++p) table[size_t(r * width + p)] = ids[next++];
+        SparseMlaCase sc{.rows = rows, .h_q = 4, .num_slots = int64_t(pages + 6) * P, .topk = topk, .with_sink = sink};
+        SparseMlaProblem prob = make_sparse_mla_problem(sc, g);
+        std::vector<int32_t> pos(size_t(rows * topk));
+        for (int i = 0; i < rows; ++i) {
+          std::uniform_int_distribution<int> u(-1, kv_lens[size_t(row_request[size_t(i)])] - 1);
+          for (int j = 0; j < topk; ++j) pos[size_t(i * topk + j)] = i == 0 && j > 0 ? -1 : u(g);
+        }
+        // The single-rank problem: positions -> global slots (all ranks' pages in one pool).
+        const CpTopkRouting routing{.topk_positions = pos,
+                                    .topk = topk,
+                                    .row_request = row_request,
+                                    .kv_lens = kv_lens,
+                                    .page_table = table,
+                                    .page_table_width = width};
+        {
+          std::span<int32_t> global(prob.index_ptr(), size_t(rows * topk));
+          cp_route_topk({.world_size = 1, .page_size = P}, 0, routing, global);
+        }
+        SparseMlaArgs global_args = prob.args();
+        global_args.max_logits = {};
+        const SparseMlaReference ref64 = reference_sparse_mla<double>(global_args);
+        const SparseMlaReference ref32 = reference_sparse_mla<float>(global_args);
 
-      std::vector<int> k_lens(kv_lens.begin(), kv_lens.end());
-      std::vector<HostTensor> outs(static_cast<size_t>(W)), lses(static_cast<size_t>(W));
-      const CpConfig config{.world_size = W, .page_size = P};
-      run_ranks(W, [&](int rank, Communicator& comm) {
-        HostTensor idx(DType::i32, {rows, topk});
-        cp_route_topk(config, rank, routing, std::span<int32_t>(idx.ptr<int32_t>(), size_t(rows * topk)));
-        // The pool viewed as pages [num_slots / P, P * 576] for the poisoning.
-        HostTensor paged = prob.kv;
-        paged.view = paged.view.reshape({sc.num_slots / P, P * 576});
-        HostTensor kv = rank_cache(paged, table, width, k_lens, P, W, rank);
-        kv.view = kv.view.reshape({sc.num_slots, 576});
-        HostTensor& out = outs[size_t(rank)];
-        HostTensor& lse = lses[size_t(rank)];
-        out = HostTensor(DType::f32, {rows, sc.h_q, 512});
-        lse = HostTensor(DType::f32, {rows, sc.h_q});
-        poison(out);
-        poison(lse);
-        SparseMlaArgs a = global_args;
-        a.kv = kv.view, a.indices = idx.view, a.out = out.view, a.lse = lse.view;
-        Buffer ws(cp_sparse_mla_workspace_size(a, DeviceCaps::cpu(), W), Device::cpu());
-        cp_sparse_mla(a, comm, {ws.data(), ws.bytes()});
-      });
-      for (int rank = 0; rank < W; ++rank) {
-        const std::string l = label + " rank " + std::to_string(rank);
-        expect_sparse_match(to_doubles(outs[size_t(rank)]), ref64.out, ref32.out, DType::f32, l + " out");
-        expect_sparse_match(to_doubles(lses[size_t(rank)]), ref64.lse, ref32.lse, DType::f32, l + " lse");
-        EXPECT_TRUE(same_bits(outs[size_t(rank)], outs[0])) << l;
+        const bool with_lse = !(sink && P == 16);  // the sink without lse: one extra part, no second merge
+        std::vector<int> k_lens(kv_lens.begin(), kv_lens.end());
+        std::vector<HostTensor> outs(static_cast<size_t>(W)), lses(static_cast<size_t>(W));
+        const CpConfig config{.world_size = W, .page_size = P};
+        run_ranks(W, [&](int rank, Communicator& comm) {
+          HostTensor idx(DType::i32, {rows, topk});
+          cp_route_topk(config, rank, routing, std::span<int32_t>(idx.ptr<int32_t>(), size_t(rows * topk)));
+          // The pool viewed as pages [num_slots / P, P * 576] for the poisoning.
+          HostTensor paged = prob.kv;
+          paged.view = paged.view.reshape({sc.num_slots / P, P * 576});
+          HostTensor kv = rank_cache(paged, table, width, k_lens, P, W, rank);
+          kv.view = kv.view.reshape({sc.num_slots, 576});
+          HostTensor& out = outs[size_t(rank)];
+          HostTensor& lse = lses[size_t(rank)];
+          out = HostTensor(DType::f32, {rows, sc.h_q, 512});
+          lse = HostTensor(DType::f32, {rows, sc.h_q});
+          poison(out);
+          poison(lse);
+          SparseMlaArgs a = global_args;
+          a.kv = kv.view, a.indices = idx.view, a.out = out.view, a.lse = with_lse ? lse.view : TensorView{};
+          Buffer ws(cp_sparse_mla_workspace_size(a, DeviceCaps::cpu(), W), Device::cpu());
+          cp_sparse_mla(a, comm, {ws.data(), ws.bytes()});
+        });
+        for (int rank = 0; rank < W; ++rank) {
+          const std::string l = label + " rank " + std::to_string(rank);
+          expect_sparse_match(to_doubles(outs[size_t(rank)]), ref64.out, ref32.out, DType::f32, l + " out");
+          if (with_lse)
+            expect_sparse_match(to_doubles(lses[size_t(rank)]), ref64.lse, ref32.lse, DType::f32, l + " lse");
+          EXPECT_TRUE(same_bits(outs[size_t(rank)], outs[0])) << l;
+        }
       }
-    }
 }
 
 TEST(ContextParallelAttention, UnsupportedOptionsAndBadWorkspacesAreErrors) {
@@ -336,9 +340,7 @@ TEST(ContextParallelAttention, UnsupportedOptionsAndBadWorkspacesAreErrors) {
 
   SparseMlaCase sc;
   SparseMlaProblem p = make_sparse_mla_problem(sc, g);
-  SparseMlaArgs sa = p.args();
-  sa.max_logits = {};
-  sa.attn_sink = p.attn_sink.view;
+  SparseMlaArgs sa = p.args();  // max_logits given
   Buffer sws(cp_sparse_mla_workspace_size(sa, DeviceCaps::cpu(), 1), Device::cpu());
   EXPECT_THROW(cp_sparse_mla(sa, *comm, {sws.data(), sws.bytes()}), Error);
 }
