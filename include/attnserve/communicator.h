@@ -1,4 +1,5 @@
-// The exchange of context-parallel attention: an all-gather of bytes over the ranks of a group.
+// The exchanges of context-parallel attention: an all-gather (and an all-to-all) of bytes over the
+// ranks of a group.
 //   InProcessGroup     ranks as threads of one process (tests, CPU); host or device memory
 //   NcclCommunicator   NCCL (ncclAllGather on the engine's ncclComm_t); built with ATTNSERVE_NCCL
 #pragma once
@@ -23,6 +24,9 @@ class Communicator {
   // In place when send == recv + rank * bytes. Ordered on `stream` after the work already enqueued
   // there; no allocation. Every rank of the group must call it, in the same order.
   virtual void all_gather(const void* send, void* recv, std::size_t bytes, Stream stream) = 0;
+  // recv[r * bytes .. (r + 1) * bytes) = rank r's send[rank * bytes .. (rank + 1) * bytes): chunk j of
+  // `send` goes to rank j. Not in place (send and recv must not overlap). Same ordering rules.
+  virtual void all_to_all(const void* send, void* recv, std::size_t bytes, Stream stream) = 0;
 };
 
 // Ranks as threads: each thread takes communicator(rank) and calls all_gather with its own buffers.
@@ -71,6 +75,8 @@ class NcclCommunicator final : public Communicator {
   // ncclAllGather(send, recv, bytes, ncclUint8, comm, stream): stream-ordered, capturable in a CUDA
   // graph, no allocation. Device memory only.
   void all_gather(const void* send, void* recv, std::size_t bytes, Stream stream) override;
+  // One NCCL group of ncclSend / ncclRecv pairs (graph-capturable, no allocation).
+  void all_to_all(const void* send, void* recv, std::size_t bytes, Stream stream) override;
   ncclComm* comm() const { return comm_; }
 
  private:

@@ -115,4 +115,19 @@ void cp_mla_attention(const MlaAttentionArgs& a, Communicator& comm, Workspace w
 std::size_t cp_sparse_mla_workspace_size(const SparseMlaArgs& a, const DeviceCaps& caps, int world_size);
 void cp_sparse_mla(const SparseMlaArgs& a, Communicator& comm, Workspace ws, Stream stream = {});
 
+// ---- Head-sliced exchange (the "reduce-scatter by head") -------------------------------
+// Rank k ends with heads [k * h_q / W, (k + 1) * h_q / W) only: what an o_proj sharded by heads
+// (tensor parallelism over the same ranks) reads. Each rank attends over its own pages once per head
+// slice (W calls of 1/W of the heads, so the KV is still read once), one all_to_all sends slice j to
+// rank j ((W - 1) / W of one rank's partial state leaves each rank, against W - 1 for the all-gather),
+// and merge_states of the W parts of its own slice writes a.out [rows, h_q / W, d_v] and
+// a.lse [rows, h_q / W]. a.q and the caches hold every head. Dense: h_q % W == 0 and h_kv % W == 0
+// (a GQA group stays on one rank); MLA: h_q % W == 0 (the latent head is shared). Which exchange is
+// faster on NVLink has not been measured (bench/cuda/bench_context_parallel.cu times both).
+std::size_t cp_paged_attention_by_head_workspace_size(const PagedAttentionArgs& a, const DeviceCaps& caps,
+                                                      int world_size);
+void cp_paged_attention_by_head(const PagedAttentionArgs& a, Communicator& comm, Workspace ws, Stream stream = {});
+std::size_t cp_mla_attention_by_head_workspace_size(const MlaAttentionArgs& a, const DeviceCaps& caps, int world_size);
+void cp_mla_attention_by_head(const MlaAttentionArgs& a, Communicator& comm, Workspace ws, Stream stream = {});
+
 }  // namespace attnserve

@@ -75,6 +75,15 @@ class InProcessCommunicator final : public Communicator {
   int world_size() const override { return g_.world_size; }
 
   void all_gather(const void* send, void* recv, std::size_t bytes, Stream stream) override {
+    exchange(send, recv, bytes, /*chunk_of_peer=*/false, stream);
+  }
+  void all_to_all(const void* send, void* recv, std::size_t bytes, Stream stream) override {
+    exchange(send, recv, bytes, /*chunk_of_peer=*/true, stream);
+  }
+
+ private:
+  // recv chunk r = rank r's send (all_gather), or chunk `rank_` of rank r's send (all_to_all).
+  void exchange(const void* send, void* recv, std::size_t bytes, bool chunk_of_peer, Stream stream) {
     if (g_.device.is_cuda()) stream_synchronize(stream);  // the send buffer is complete
     g_.slots[size_t(rank_)] = {send, bytes};
     g_.sync.arrive_and_wait();
@@ -86,7 +95,8 @@ class InProcessCommunicator final : public Communicator {
         uint8_t* out = static_cast<uint8_t*>(recv);
         for (int r = 0; r < g_.world_size; ++r) {
           uint8_t* dst = out + std::size_t(r) * bytes;
-          const void* src = g_.slots[size_t(r)].send;
+          const uint8_t* src =
+              static_cast<const uint8_t*>(g_.slots[size_t(r)].send) + (chunk_of_peer ? std::size_t(rank_) * bytes : 0);
           if (src == dst || bytes == 0) continue;  // in place
           copy_async(bytes_view(dst, bytes, g_.device), bytes_view(src, bytes, g_.device), stream);
         }
@@ -96,12 +106,11 @@ class InProcessCommunicator final : public Communicator {
       }
     }
     g_.sync.arrive_and_wait();  // every rank passes both barriers, also when failing
-    ATTNSERVE_CHECK(same, "InProcessGroup::all_gather: the ranks passed different byte counts (rank ", rank_, ": ",
+    ATTNSERVE_CHECK(same, "InProcessGroup: the ranks passed different byte counts to one exchange (rank ", rank_, ": ",
                     bytes, ")");
     if (failed) std::rethrow_exception(failed);
   }
 
- private:
   InProcessGroup::State& g_;
   int rank_;
 };

@@ -66,7 +66,22 @@ struct DenseCpCase {
   DType dtype = DType::f32;
   bool mla = false;
   bool softcap = false;
+  bool by_head = false;   // the head-sliced exchange: rank k gets heads slice k
+  int h_q = 8, h_kv = 2;  // h_kv: dense only
 };
+
+// The reference's heads [h0, h0 + n) (rows unchanged).
+ReferenceAttention head_slice_of(const ReferenceAttention& r, int64_t h_q, int64_t d_v, int64_t h0, int64_t n) {
+  ReferenceAttention o;
+  o.row_in_batch = r.row_in_batch;
+  const int64_t rows = int64_t(r.row_in_batch.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t h = h0; h < h0 + n; ++h) {
+      o.lse.push_back(r.lse[size_t(i * h_q + h)]);
+      for (int64_t c = 0; c < d_v; ++c) o.out.push_back(r.out[size_t((i * h_q + h) * d_v + c)]);
+    }
+  return o;
+}
 
 int q_len_of(const DenseCpCase& c) { return c.mode == ForwardMode::target_verify ? c.spec.draft_token_num : 1; }
 int extra_keys_of(const DenseCpCase& c) {
@@ -90,10 +105,11 @@ void check_dense_cp(const DenseCpCase& cc, std::mt19937_64& g, const std::string
   s.spare_table_cols = 1;
   s.softcap = cc.softcap ? 3.f : 0.f;
   if (cc.mla) {
-    s.h_q = 8, s.h_kv = 1, s.d = 64 + 16, s.d_v = 64;
+    s.h_q = cc.h_q, s.h_kv = 1, s.d = 64 + 16, s.d_v = 64;
   } else {
-    s.h_q = 8, s.h_kv = 2, s.d = 32, s.d_v = 48;
+    s.h_q = cc.h_q, s.h_kv = cc.h_kv, s.d = 32, s.d_v = 48;
   }
+  const int64_t out_heads = cc.by_head ? s.h_q / cc.W : s.h_q;
   PagedCase c = make_paged_case(s, g);
   const ReferenceAttention ref64 =
       cc.mla ? reference_mla_attention<double>(mla_args_of(c)) : reference_paged_attention<double>(c.args);
@@ -119,8 +135,8 @@ void check_dense_cp(const DenseCpCase& cc, std::mt19937_64& g, const std::string
     const HostTensor v = rank_cache(c.v_cache, table, width, s.k_lens, cc.P, cc.W, rank);
     HostTensor& out = outs[size_t(rank)];
     HostTensor& lse = lses[size_t(rank)];
-    out = HostTensor(c.out.view.dtype, {rows, s.h_q, c.out.view.size(2)});
-    lse = HostTensor(DType::f32, {rows, s.h_q});
+    out = HostTensor(c.out.view.dtype, {rows, out_heads, c.out.view.size(2)});
+    lse = HostTensor(DType::f32, {rows, out_heads});
     poison(out);
     poison(lse);
     PagedAttentionArgs a = c.args;
@@ -132,15 +148,30 @@ void check_dense_cp(const DenseCpCase& cc, std::mt19937_64& g, const std::string
       m.kv_cache = k.view;
       m.page_table = pt.view, m.cache_seqlens = cs.view, m.cu_seqlens_q = cu.view;
       m.out = out.view, m.lse = lse.view, m.max_seqlen_q = 1;
-      Buffer ws(cp_mla_attention_workspace_size(m, DeviceCaps::cpu(), cc.W), Device::cpu());
-      cp_mla_attention(m, comm, {ws.data(), ws.bytes()});
+      if (cc.by_head) {
+        Buffer ws(cp_mla_attention_by_head_workspace_size(m, DeviceCaps::cpu(), cc.W), Device::cpu());
+        cp_mla_attention_by_head(m, comm, {ws.data(), ws.bytes()});
+      } else {
+        Buffer ws(cp_mla_attention_workspace_size(m, DeviceCaps::cpu(), cc.W), Device::cpu());
+        cp_mla_attention(m, comm, {ws.data(), ws.bytes()});
+      }
+    } else if (cc.by_head) {
+      Buffer ws(cp_paged_attention_by_head_workspace_size(a, DeviceCaps::cpu(), cc.W), Device::cpu());
+      cp_paged_attention_by_head(a, comm, {ws.data(), ws.bytes()});
     } else {
       Buffer ws(cp_paged_attention_workspace_size(a, DeviceCaps::cpu(), cc.W), Device::cpu());
       cp_paged_attention(a, comm, {ws.data(), ws.bytes()});
     }
   });
+  const int64_t d_v = c.out.view.size(2);
   for (int rank = 0; rank < cc.W; ++rank) {
     const std::string l = label + " rank " + std::to_string(rank);
+    if (cc.by_head) {  // rank k: heads [k * h / W, (k + 1) * h / W)
+      expect_outputs_match(outs[size_t(rank)].view, lses[size_t(rank)].view,
+                           head_slice_of(ref64, s.h_q, d_v, rank * out_heads, out_heads),
+                           head_slice_of(ref32, s.h_q, d_v, rank * out_heads, out_heads), l);
+      continue;
+    }
     expect_outputs_match(outs[size_t(rank)].view, lses[size_t(rank)].view, ref64, ref32, l);
     EXPECT_TRUE(same_bits(outs[size_t(rank)], outs[0])) << l << ": out differs from rank 0's";
     EXPECT_TRUE(same_bits(lses[size_t(rank)], lses[0])) << l << ": lse differs from rank 0's";
@@ -156,8 +187,8 @@ std::vector<int> random_seq_lens(std::mt19937_64& g, int bs, int W, int P) {
 }
 
 std::string label_of(const DenseCpCase& c) {
-  return std::string(c.mla ? "mla " : "dense ") + to_string(c.mode) + " W=" + std::to_string(c.W) +
-         " P=" + std::to_string(c.P) + " " + std::string(dtype_name(c.dtype));
+  return std::string(c.mla ? "mla " : "dense ") + (c.by_head ? "by_head " : "") + to_string(c.mode) +
+         " W=" + std::to_string(c.W) + " P=" + std::to_string(c.P) + " " + std::string(dtype_name(c.dtype));
 }
 
 TEST(ContextParallelAttention, DenseDecodeEqualsSingleRank) {
@@ -216,6 +247,49 @@ TEST(ContextParallelAttention, MlaEqualsSingleRank) {
                     .mla = true};
       check_dense_cp(v, g, label_of(v));
     }
+}
+
+TEST(ContextParallelAttention, HeadSlicedExchangeEqualsSingleRank) {
+  std::mt19937_64 g(1917);
+  for (int W : {2, 3, 4})
+    for (int P : {1, 16}) {
+      DenseCpCase d{.mode = ForwardMode::decode,
+                    .W = W,
+                    .P = P,
+                    .seq_lens = random_seq_lens(g, 5, W, P),
+                    .by_head = true,
+                    .h_q = 24,
+                    .h_kv = 12};
+      check_dense_cp(d, g, label_of(d));
+      DenseCpCase v{.mode = ForwardMode::target_verify,
+                    .W = W,
+                    .P = P,
+                    .seq_lens = random_seq_lens(g, 3, W, P),
+                    .spec = {.draft_token_num = 2, .num_steps = 0, .step_id = 0},
+                    .by_head = true,
+                    .h_q = 24,
+                    .h_kv = 12};
+      check_dense_cp(v, g, label_of(v));
+      DenseCpCase m{.mode = ForwardMode::decode,
+                    .W = W,
+                    .P = P,
+                    .seq_lens = random_seq_lens(g, 4, W, P),
+                    .mla = true,
+                    .by_head = true,
+                    .h_q = 12};
+      check_dense_cp(m, g, label_of(m));
+    }
+}
+
+TEST(ContextParallelAttention, HeadSlicedExchangeNeedsDivisibleHeads) {
+  std::mt19937_64 g(1918);
+  PagedSpec s;
+  s.rows_after = 0, s.h_q = 6, s.h_kv = 3;
+  PagedCase c = make_paged_case(s, g);
+  PagedAttentionArgs a = c.args;
+  a.max_seqlen_q = 1;
+  EXPECT_THROW(cp_paged_attention_by_head_workspace_size(a, DeviceCaps::cpu(), 2), Error);  // h_kv 3 on 2 ranks
+  EXPECT_THROW(cp_paged_attention_by_head_workspace_size(a, DeviceCaps::cpu(), 3), Error);  // out holds 6 heads
 }
 
 // -inf positions must match exactly; the finite rest by the tolerance rule.

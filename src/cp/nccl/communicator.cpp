@@ -54,4 +54,16 @@ void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t byte
              "ncclAllGather");
 }
 
+void NcclCommunicator::all_to_all(const void* send, void* recv, std::size_t bytes, Stream stream) {
+  const auto st = static_cast<cudaStream_t>(stream.handle);
+  const auto* src = static_cast<const uint8_t*>(send);
+  auto* dst = static_cast<uint8_t*>(recv);
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  for (int r = 0; r < world_size_; ++r) {
+    check_nccl(ncclSend(src + std::size_t(r) * bytes, bytes, ncclUint8, r, comm_, st), "ncclSend");
+    check_nccl(ncclRecv(dst + std::size_t(r) * bytes, bytes, ncclUint8, r, comm_, st), "ncclRecv");
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+}
+
 }  // namespace attnserve

@@ -17,4 +17,5 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(const NcclUniqueId&, 
 NcclUniqueId NcclCommunicator::new_unique_id() { unavailable(); }
 NcclCommunicator::~NcclCommunicator() = default;
 void NcclCommunicator::all_gather(const void*, void*, std::size_t, Stream) { unavailable(); }
+void NcclCommunicator::all_to_all(const void*, void*, std::size_t, Stream) { unavailable(); }
 }  // namespace attnserve
