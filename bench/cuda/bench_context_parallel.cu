@@ -5,7 +5,8 @@
 // Per rank: KV of its pages only (page g of a request on rank g % W), filled by a hash of the GLOBAL
 // key position, so every world size (and the single-GPU run) attends over the same values. Times,
 // CUDA events, median after warm-up: the whole cp_paged_attention call (local attention + one
-// all-gather + merge), the local attention alone, and the exchange + merge alone. Then, on a short
+// all-gather + merge), the local attention alone, the exchange + merge alone (the difference), and
+// cp_paged_attention_by_head (head slices, one all_to_all) where the heads divide by W. Then, on a short
 // context, each rank's output against single-GPU paged_attention on GPU 0 (max |diff|, rel-L2).
 //
 // Usage: bench_context_parallel [--world W] [--bs 8] [--ctx 524288] [--page 16] [--hq 32] [--hkv 8]
@@ -179,7 +180,8 @@ struct Timing {
 
 Timing bench(const Shape& s) {
   const int W = s.world;
-  std::vector<double> cp_us(static_cast<size_t>(W)), local_us(static_cast<size_t>(W)), xchg_us(static_cast<size_t>(W));
+  std::vector<double> cp_us(static_cast<size_t>(W)), local_us(static_cast<size_t>(W)), xchg_us(static_cast<size_t>(W)),
+      by_head_us(static_cast<size_t>(W), 0.0);
   run_world(W, [&](int rank, Communicator& comm) {
     Rank rk;
     build_rank(rk, s, W, rank, rank);
@@ -189,6 +191,18 @@ Timing bench(const Shape& s) {
     const Workspace ws{rk.ws.data(), rk.ws.bytes()};
     cp_us[size_t(rank)] = median_us(st, s.iters, [&] { cp_paged_attention(rk.args, comm, ws, {st}); });
     local_us[size_t(rank)] = median_us(st, s.iters, [&] { paged_attention(rk.args, ws, {st}); });
+    if (W > 1 && s.h_q % W == 0 && s.h_kv % W == 0) {  // the head-sliced exchange: out is one slice
+      Buffer slice_out(size_t(s.bs) * (s.h_q / W) * s.d * 2, Device::cuda(rank)),
+          slice_lse(size_t(s.bs) * (s.h_q / W) * 4, Device::cuda(rank));
+      PagedAttentionArgs a = rk.args;
+      a.out = slice_out.view(DType::bf16, {s.bs, s.h_q / W, s.d});
+      a.lse = slice_lse.view(DType::f32, {s.bs, s.h_q / W});
+      Buffer hws(cp_paged_attention_by_head_workspace_size(a, query_device_caps(Device::cuda(rank)), W),
+                 Device::cuda(rank));
+      by_head_us[size_t(rank)] = median_us(st, s.iters, [&] {
+        cp_paged_attention_by_head(a, comm, {hws.data(), hws.bytes()}, {st});
+      });
+    }
     CK(cudaStreamDestroy(st));
   });
   for (int r = 0; r < W; ++r) xchg_us[size_t(r)] = cp_us[size_t(r)] - local_us[size_t(r)];
@@ -197,6 +211,9 @@ Timing bench(const Shape& s) {
       "world %d  b %d x %d  %d/%d d %d page %d: cp call %.1f us (max over ranks), local %.1f us, "
       "exchange+merge %.1f us (cp - local, rank 0)  -> %.0f tokens/s\n",
       W, s.bs, s.ctx, s.h_q, s.h_kv, s.d, s.page, cp, local_us[0], xchg_us[0], s.bs / (cp * 1e-6));
+  if (by_head_us[0] > 0)
+    std::printf("world %d head-sliced exchange (all_to_all, out = one head slice): %.1f us (max over ranks)\n", W,
+                *std::max_element(by_head_us.begin(), by_head_us.end()));
   return {cp, local_us[0]};
 }
 

@@ -152,7 +152,8 @@ void bind_context_parallel(nb::module_& m) {
       "cp_paged_attention",
       [](Communicator& comm, RoArray q, RoArray k_cache, RoArray v_cache, RoArray page_table, RoArray cache_seqlens,
          RoArray cu_seqlens_q, Array out, float softmax_scale, OptArray lse, OptRoArray k_descale, OptRoArray v_descale,
-         float softcap, bool deterministic, OptArray workspace, uintptr_t stream, bool query_workspace) -> nb::object {
+         float softcap, bool deterministic, bool by_head, OptArray workspace, uintptr_t stream,
+         bool query_workspace) -> nb::object {
         TensorView kc = to_view(k_cache), vc = to_view(v_cache);
         if (kc.dtype == DType::u8) kc = kc.with_dtype(DType::fp8_e4m3);
         if (vc.dtype == DType::u8) vc = vc.with_dtype(DType::fp8_e4m3);
@@ -170,25 +171,30 @@ void bind_context_parallel(nb::module_& m) {
                              .softmax_scale = softmax_scale,
                              .softcap = softcap,
                              .deterministic = deterministic};
+        const DeviceCaps caps = query_device_caps(a.q.device);
         if (query_workspace)
-          return nb::int_(cp_paged_attention_workspace_size(a, query_device_caps(a.q.device), comm.world_size()));
+          return nb::int_(by_head ? cp_paged_attention_by_head_workspace_size(a, caps, comm.world_size())
+                                  : cp_paged_attention_workspace_size(a, caps, comm.world_size()));
         nb::gil_scoped_release release;
-        cp_paged_attention(a, comm, to_workspace(workspace), to_stream(stream));
+        if (by_head) cp_paged_attention_by_head(a, comm, to_workspace(workspace), to_stream(stream));
+        else cp_paged_attention(a, comm, to_workspace(workspace), to_stream(stream));
         return nb::none();
       },
       arg("comm"), arg("q"), arg("k_cache"), arg("v_cache"), arg("page_table"), arg("cache_seqlens"),
       arg("cu_seqlens_q"), arg("out"), nb::kw_only(), arg("softmax_scale"), arg("lse") = nb::none(),
       arg("k_descale") = nb::none(), arg("v_descale") = nb::none(), arg("softcap") = 0.f, arg("deterministic") = false,
-      arg("workspace") = nb::none(), arg("stream") = 0, arg("query_workspace") = false,
+      arg("by_head") = false, arg("workspace") = nb::none(), arg("stream") = 0, arg("query_workspace") = false,
       "One rank's context-parallel paged attention: the rank's metadata (plan_context_parallel) and caches;\n"
       "out [rows, h_q, d_v] / lse [rows, h_q] receive the merged result (the same on every rank).\n"
-      "Pass the workspace query_workspace=True asks for (uint8 array on q's device).");
+      "Pass the workspace query_workspace=True asks for (uint8 array on q's device). by_head=True: the\n"
+      "head-sliced exchange (one all-to-all); out / lse then hold this rank's heads slice only\n"
+      "[rows, h_q / W, ...].");
 
   m.def(
       "cp_mla_attention",
       [](Communicator& comm, RoArray q_nope, RoArray q_rope, RoArray kv_cache, RoArray page_table,
          RoArray cache_seqlens, RoArray cu_seqlens_q, Array out, float softmax_scale, OptArray lse, float softcap,
-         bool deterministic, OptArray workspace, uintptr_t stream, bool query_workspace) -> nb::object {
+         bool deterministic, bool by_head, OptArray workspace, uintptr_t stream, bool query_workspace) -> nb::object {
         MlaAttentionArgs a{.q_nope = to_view(q_nope),
                            .q_rope = to_view(q_rope),
                            .kv_cache = to_view(kv_cache),
@@ -201,16 +207,20 @@ void bind_context_parallel(nb::module_& m) {
                            .softmax_scale = softmax_scale,
                            .softcap = softcap,
                            .deterministic = deterministic};
+        const DeviceCaps caps = query_device_caps(a.q_nope.device);
         if (query_workspace)
-          return nb::int_(cp_mla_attention_workspace_size(a, query_device_caps(a.q_nope.device), comm.world_size()));
+          return nb::int_(by_head ? cp_mla_attention_by_head_workspace_size(a, caps, comm.world_size())
+                                  : cp_mla_attention_workspace_size(a, caps, comm.world_size()));
         nb::gil_scoped_release release;
-        cp_mla_attention(a, comm, to_workspace(workspace), to_stream(stream));
+        if (by_head) cp_mla_attention_by_head(a, comm, to_workspace(workspace), to_stream(stream));
+        else cp_mla_attention(a, comm, to_workspace(workspace), to_stream(stream));
         return nb::none();
       },
       arg("comm"), arg("q_nope"), arg("q_rope"), arg("kv_cache"), arg("page_table"), arg("cache_seqlens"),
       arg("cu_seqlens_q"), arg("out"), nb::kw_only(), arg("softmax_scale"), arg("lse") = nb::none(),
-      arg("softcap") = 0.f, arg("deterministic") = false, arg("workspace") = nb::none(), arg("stream") = 0,
-      arg("query_workspace") = false, "One rank's context-parallel MLA attention (as cp_paged_attention).");
+      arg("softcap") = 0.f, arg("deterministic") = false, arg("by_head") = false, arg("workspace") = nb::none(),
+      arg("stream") = 0, arg("query_workspace") = false,
+      "One rank's context-parallel MLA attention (as cp_paged_attention, by_head included).");
 
   m.def(
       "cp_sparse_mla",

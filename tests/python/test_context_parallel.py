@@ -32,14 +32,15 @@ def run_ranks(world_size, fn):
             raise e
 
 
-@pytest.mark.parametrize("world_size,page_size,mode", [(2, 4, "decode"), (3, 1, "target_verify"),
-                                                        (4, 16, "decode"), (2, 16, "target_verify")])
-def test_cp_paged_attention_equals_single_rank(rng, world_size, page_size, mode):
+@pytest.mark.parametrize("world_size,page_size,mode,by_head", [(2, 4, "decode", False), (3, 1, "target_verify", False),
+                                                                (4, 16, "decode", False), (2, 16, "target_verify", False),
+                                                                (2, 4, "decode", True), (4, 1, "target_verify", True)])
+def test_cp_paged_attention_equals_single_rank(rng, world_size, page_size, mode, by_head):
     dtn = 3 if mode == "target_verify" else 0
     q_len = max(dtn, 1)
     seq_lens = [1, max(1, page_size // 2)] + list(rng.integers(1, 4 * world_size * page_size + 5, 3))
     kv_lens = [s + dtn for s in seq_lens]
-    bs, h_q, h_kv, d = len(seq_lens), 4, 2, 32
+    bs, h_q, h_kv, d = len(seq_lens), 8, 4, 32
     width = max((k + page_size - 1) // page_size for k in kv_lens) + 1
     num_pages = bs * width + 1
     ids = rng.permutation(np.arange(1, num_pages)).astype(np.int32)
@@ -70,18 +71,22 @@ def test_cp_paged_attention_equals_single_rank(rng, world_size, page_size, mode)
                 if g % world_size != rank:
                     k[page_table[r, g]] = np.nan
                     v[page_table[r, g]] = np.nan
-        out = np.full((rows, h_q, d), np.nan, np.float32)
-        lse = np.full((rows, h_q), np.nan, np.float32)
+        heads = h_q // world_size if by_head else h_q
+        out = np.full((rows, heads, d), np.nan, np.float32)
+        lse = np.full((rows, heads), np.nan, np.float32)
         args = (comm, q, k, v, p["page_table"], p["cache_seqlens"], p["cu_seqlens_q"], out)
-        ws = np.empty(A.workspace_size(A.cp_paged_attention, *args, softmax_scale=scale, lse=lse), np.uint8)
-        A.cp_paged_attention(*args, softmax_scale=scale, lse=lse, workspace=ws)
+        kw = dict(softmax_scale=scale, lse=lse, by_head=by_head)
+        ws = np.empty(A.workspace_size(A.cp_paged_attention, *args, **kw), np.uint8)
+        A.cp_paged_attention(*args, workspace=ws, **kw)
         outs[rank], lses[rank] = out, lse
 
     run_ranks(world_size, rank_fn)
     for rank in range(world_size):
-        np.testing.assert_allclose(outs[rank], out_ref, rtol=2e-5, atol=2e-6)
-        np.testing.assert_allclose(lses[rank], lse_ref, rtol=2e-5, atol=2e-6)
-        assert np.array_equal(outs[rank], outs[0])
+        heads = slice(rank * h_q // world_size, (rank + 1) * h_q // world_size) if by_head else slice(None)
+        np.testing.assert_allclose(outs[rank], out_ref[:, heads], rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(lses[rank], lse_ref[:, heads], rtol=2e-5, atol=2e-6)
+        if not by_head:
+            assert np.array_equal(outs[rank], outs[0])
 
 
 def test_plan_and_routing_errors_and_nccl_flag():
