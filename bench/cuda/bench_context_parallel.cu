@@ -9,8 +9,8 @@
 // cp_paged_attention_by_head (head slices, one all_to_all) where the heads divide by W. Then, on a short
 // context, each rank's output against single-GPU paged_attention on GPU 0 (max |diff|, rel-L2).
 //
-// Usage: bench_context_parallel [--world W] [--bs 8] [--ctx 524288] [--page 16] [--hq 32] [--hkv 8]
-//        [--iters 50]
+// Usage: bench_context_parallel [--quick] [--world W (default: every GPU)] [--bs 8] [--ctx 524288]
+//        [--page 16] [--hq 32] [--hkv 8] [--iters 50]
 // Prints: world, median us (cp call / local / exchange+merge), tokens per second, and the check.
 // NVLink multicast stays off (NCCL_NVLS_ENABLE=0 is set here too).
 #include <cuda_runtime.h>
@@ -258,9 +258,15 @@ int main(int argc, char** argv) {
     int gpus = 0;
     CK(cudaGetDeviceCount(&gpus));
     s.world = gpus;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; ++i) {
       const std::string k = argv[i];
-      const int v = std::atoi(argv[i + 1]);
+      if (k == "--quick") {  // scripts/gpu_check.sh BENCH=quick
+        s.ctx = std::min(s.ctx, 65536), s.iters = 10;
+        continue;
+      }
+      if (k.rfind("--", 0) != 0) continue;  // gpu_check's BENCH_FILTER: one case only, nothing to filter
+      if (i + 1 >= argc) throw std::runtime_error("option " + k + " needs a value");
+      const int v = std::atoi(argv[++i]);
       if (k == "--world") s.world = v;
       else if (k == "--bs") s.bs = v;
       else if (k == "--ctx") s.ctx = v;
