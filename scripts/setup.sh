@@ -2,7 +2,8 @@
 # Installs what attnserve needs on a fresh Debian machine (idempotent: skips what is there).
 #   Debian: cmake, g++, GoogleTest, Google Benchmark, DLPack headers.
 #   PyPI (pinned in python/requirements-dev.txt): nanobind, scikit-build-core, numpy, ml_dtypes, pytest.
-#   PyPI (pinned here): nvidia-cutlass, the CUTLASS/CuTe headers of the Hopper kernels (C++ only).
+#   PyPI (pinned here): nvidia-cutlass, the CUTLASS/CuTe headers of the Hopper kernels (C++ only);
+#   nvidia-nccl-cu13 where nvcc is and no NCCL is found (the context-parallel communicator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,4 +34,17 @@ have_cutlass=$($PY -c "import importlib.metadata as m; print(m.version('nvidia-c
 if [ "$have_cutlass" != "$CUTLASS_PIN" ]; then
   echo "[setup] pip install nvidia-cutlass==$CUTLASS_PIN"
   $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps "nvidia-cutlass==$CUTLASS_PIN"
+fi
+
+# NCCL headers and library for the context-parallel communicator (src/cp/nccl; CMake's
+# ATTNSERVE_NCCL=AUTO finds them: cmake/attnserve_nccl.cmake). Only where nvcc is (a CUDA build) and
+# no NCCL is there yet: CUDA 13 toolkits ship nccl.h, PyTorch brings the wheel.
+NCCL_PIN=2.32.3
+if command -v nvcc >/dev/null; then
+  cuda_inc=$(dirname "$(dirname "$(command -v nvcc)")")/include
+  if [ ! -f "$cuda_inc/nccl.h" ] && [ ! -f /usr/include/nccl.h ] && ! $PY -c "import nvidia.nccl" 2>/dev/null; then
+    echo "[setup] pip install nvidia-nccl-cu13==$NCCL_PIN"
+    $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps "nvidia-nccl-cu13==$NCCL_PIN" ||
+      echo "[setup] nvidia-nccl-cu13 not installed: the build goes on with NCCL off"
+  fi
 fi

@@ -64,6 +64,18 @@ else:
         globals()[_name] = _wrap(getattr(_attnserve, _name))
 
 
+# Context parallelism (docs/context_parallel.md): the per-rank plan, the communicators, the ops.
+Communicator = _attnserve.Communicator
+InProcessGroup = _attnserve.InProcessGroup
+NcclCommunicator = _attnserve.NcclCommunicator
+nccl_available = _attnserve.nccl_available
+_CP_OPS = ["plan_context_parallel", "cp_route_topk", "cp_paged_attention", "cp_mla_attention", "cp_sparse_mla"]
+for _name in _CP_OPS:
+    globals()[_name] = _wrap(getattr(_attnserve, _name))
+for _m in ("__init__", "communicator"):
+    _wrap_method(_attnserve.InProcessGroup, _m)
+
+
 def workspace_size(op, *args, **kwargs) -> int:
     """Bytes of workspace `op` (paged_attention, mla_attention, sparse_mla, topk) needs for these
     arguments on their device; allocate that once and pass it as workspace=."""
@@ -75,3 +87,4 @@ __all__ = ["__version__", "workspace_size", "Error", "ArrayView", "TopkTransform
            "IndexerKeyPool", "ForwardMode", "DensePlanner", "SparsePlanner", *_OPS]
 __all__ += ["DenseBackend", "SparseBackend", "DenseMultiStepBackend", "SparseMultiStepBackend", "ForwardBatch",
             "LayerSpec", "NSAIndexerMetadata"]
+__all__ += ["Communicator", "InProcessGroup", "NcclCommunicator", "nccl_available", *_CP_OPS]

@@ -35,4 +35,5 @@ NB_MODULE(_attnserve, m) {
   attnserve::py::bind_plan(m);
   attnserve::py::bind_backend(m);
   attnserve::py::bind_index_k_gather(m);
+  attnserve::py::bind_context_parallel(m);
 }

@@ -20,5 +20,6 @@ void bind_kv(nb::module_& m);
 void bind_plan(nb::module_& m);
 void bind_backend(nb::module_& m);
 void bind_index_k_gather(nb::module_& m);
+void bind_context_parallel(nb::module_& m);  // bind_cp.cpp
 
 }  // namespace attnserve::py
