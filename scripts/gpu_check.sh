@@ -10,7 +10,7 @@
 #   DEPS        folder with googletest/ (source), dlpack/dlpack.h and cutlass/include (CUTLASS/CuTe
 #               headers), used when the system lacks them (scripts/prepare_device_deps.sh makes it)
 #   BENCH       full (default) | quick | none
-#   BENCHES     which bench/cuda/bench_<name>.cu to build and run (default: attention topk indexer sparse)
+#   BENCHES     which bench/cuda/bench_<name>.cu to build and run (default: attention topk indexer sparse tree)
 #   BENCH_FILTER  only the cases whose name contains this (e.g. BENCHES=attention BENCH_FILTER=mla)
 #   SANITIZER   1 (default) | 0
 #   GTEST_FILTER  restricts the main GPU test run (default: all)
@@ -140,7 +140,7 @@ fi
 
 # ---- benchmarks (not tests) ------------------------------------------------------------------------
 # BENCHES: which bench/cuda/bench_<name>.cu to build and run (default: all of them).
-BENCHES=${BENCHES:-attention topk indexer sparse}
+BENCHES=${BENCHES:-attention topk indexer sparse tree}
 if [ "$BENCH" != none ] && [ -f "$BUILD/libattnserve.a" ]; then
   # The CMake targets of bench/CMakeLists.txt (one translation unit each, built in parallel). Old
   # binaries go first so a failed build never runs a stale one; keep going past a failed bench.
