@@ -4,7 +4,8 @@
 // live batches written into those buffers. Each replay must equal an eager run of the same buffers bit
 // for bit, and each stage must agree with the CPU oracle run on the GPU's own inputs: indexer logits
 // (same -inf positions, rel_l2 <= 1e-5), top-k (same sets), sparse MLA (rel_l2 within bf16 rounding;
-// lse within 1e-5, same -inf positions).
+// lse within 1e-5, same -inf positions). Every mode runs with 16 sparse MLA heads (the portable kernel) and
+// 64 (the Hopper kernel on sm_90 devices).
 //   decode         rows = requests; indexer_paged(next_n 1) over real_page_table; top-k decode transform
 //   target verify  rows = requests x 4 draft tokens; indexer_paged(next_n 4) over the request's table
 //                  (every row of a request holds a copy: a stride-4 view); top-k decode transform
@@ -32,7 +33,9 @@ using namespace attnserve::test::dsa_gpu;
 namespace {
 
 constexpr int kPage = 64, kTopk = 256, kDraft = 4, kMaxBs = 8, kCtx = 1200, kPoolRows = 16;
-constexpr int kIndexHeads = 32, kHeads = 16;
+constexpr int kIndexHeads = 32;
+// Sparse MLA heads: 16 runs the portable kernel everywhere; 64 runs the Hopper kernel on sm_90 devices.
+constexpr int kHeadCounts[] = {16, 64};
 constexpr float kScale = 0.1352337f;
 const SpeculativeConfig kSpec{.draft_token_num = kDraft, .num_steps = 3, .step_id = 0};
 
@@ -84,20 +87,20 @@ struct Caches {
 };
 
 struct Buffers {
-  int rows = 0, width = 0;  // capacity rows, logits width
+  int rows = 0, width = 0, heads = 0;  // capacity rows, logits width, sparse MLA heads
   bool ragged = false;
   Pair q_idx, w, q, logits, indices, out, lse, k_rag, k_rag_scale, ks, ke;
-  Buffers(int rows_, bool ragged_, std::mt19937_64& g)
-      : rows(rows_), width(ragged_ ? kMaxBs * kCtx : kCtx), ragged(ragged_) {
+  Buffers(int rows_, bool ragged_, int heads_, std::mt19937_64& g)
+      : rows(rows_), width(ragged_ ? kMaxBs * kCtx : kCtx), heads(heads_), ragged(ragged_) {
     q_idx = Pair(random_fp8_q(rows, kIndexHeads, g));
     w = Pair(random_weights(rows, kIndexHeads, g));
-    HostTensor qh(DType::bf16, {rows, kHeads, 576});
+    HostTensor qh(DType::bf16, {rows, heads, 576});
     fill_uniform(qh, g);
     q = Pair(std::move(qh));
     logits = Pair(HostTensor(DType::f32, {rows, width}));
     indices = Pair(HostTensor(DType::i32, {rows, kTopk}));
-    out = Pair(HostTensor(DType::bf16, {rows, kHeads, 512}));
-    lse = Pair(HostTensor(DType::f32, {rows, kHeads}));
+    out = Pair(HostTensor(DType::bf16, {rows, heads, 512}));
+    lse = Pair(HostTensor(DType::f32, {rows, heads}));
     if (ragged) {
       k_rag = Pair(HostTensor(DType::fp8_e4m3, {int64_t(kMaxBs) * kCtx, kIdxDim}));
       k_rag_scale = Pair(HostTensor(DType::f32, {int64_t(kMaxBs) * kCtx}));
@@ -188,8 +191,8 @@ Outputs fetch(const Buffers& b, Stream s) {
 
 bool same(const HostTensor& a, const HostTensor& b) { return a.bytes == b.bytes; }
 
-void run_mode(ForwardMode mode, std::mt19937_64& g) {
-  SCOPED_TRACE(to_string(mode));
+void run_mode(ForwardMode mode, int heads, std::mt19937_64& g) {
+  SCOPED_TRACE(std::string(to_string(mode)) + " sparse MLA heads " + std::to_string(heads));
   cudaStream_t cs;
   ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
   const Stream s{cs};
@@ -200,7 +203,7 @@ void run_mode(ForwardMode mode, std::mt19937_64& g) {
   TestPool pool(kPoolRows, kCtx, kPage, g);
   const int pages_per_row = (kCtx + kPage - 1) / kPage;
   Caches caches(kPoolRows * pages_per_row + 1, g);
-  Buffers buf(rows, ragged, g);
+  Buffers buf(rows, ragged, heads, g);
   DeviceMirror r2t(pool.view());
 
   SparsePlanner planner({.page_size = kPage, .topk = kTopk, .spec = kSpec}, Device::cuda());
@@ -335,17 +338,17 @@ void run_mode(ForwardMode mode, std::mt19937_64& g) {
 TEST(SparseGpuGraph, DecodeCapturedReplays) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  run_mode(ForwardMode::decode, g);
+  for (int heads : kHeadCounts) run_mode(ForwardMode::decode, heads, g);
 }
 
 TEST(SparseGpuGraph, TargetVerifyCapturedReplays) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  run_mode(ForwardMode::target_verify, g);
+  for (int heads : kHeadCounts) run_mode(ForwardMode::target_verify, heads, g);
 }
 
 TEST(SparseGpuGraph, DraftExtendCapturedReplays) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  run_mode(ForwardMode::draft_extend, g);
+  for (int heads : kHeadCounts) run_mode(ForwardMode::draft_extend, heads, g);
 }
