@@ -2,7 +2,7 @@
 // of many after warm-up, score sets rotated beyond the 60 MB L2. Targets (issue 16) and sglang's
 // same-run figures (shared/ANCHORS.md, N(0, 1) scores) are in the notes of each case. Cases without a
 // tag run the plan's default kernel (topk_op::kDefaultSampled); " [v2]" (the session-3 sampled kernel,
-// 7a32edf), " [v3]", " [v4]" and " [global]" force one, " [N threads]" the CTA size, for A/Bs in one process.
+// 7a32edf), " [v4]" and " [global]" force one, " [N threads]" the CTA size, for A/Bs in one process.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -45,7 +45,6 @@ const char* path_name(cuda::TopkPath path) {
   switch (path) {
     case cuda::TopkPath::global: return " [global]";
     case cuda::TopkPath::sampled: return " [v2]";
-    case cuda::TopkPath::sampled_v3: return " [v3]";
     case cuda::TopkPath::sampled_v4: return " [v4]";
     case cuda::TopkPath::sampled_prefetch: return " [prefetch]";
     case cuda::TopkPath::sampled_match_any: return " [match_any]";
@@ -189,7 +188,7 @@ int main(int argc, char** argv) try {
   bench_case(128, 128 << 10, 2048, none, "A/B", normal, P::sampled_v4);
   bench_case(4096, 8 << 10, 2048, none, "A/B", normal, P::sampled_v4);
   bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::sampled_v4);
-  for (const P path : {P::sampled_v3, P::sampled_v4})
+  for (const P path : {P::sampled_v4})
     for (const int threads : {256, 1024}) {
       bench_case(1, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
       bench_case(1, 8 << 10, 2048, none, "A/B", normal, path, 0, false, threads);

@@ -46,7 +46,7 @@ TEST(TopkPlan, DefaultIsTheSampledKernelWhereItsSharedMemoryFits) {
 }
 
 TEST(TopkPlan, ForcedChoiceAndItsFallback) {
-  for (const Select s : {Select::global, Select::sampled, Select::sampled_v3, Select::sampled_v4})
+  for (const Select s : {Select::global, Select::sampled, Select::sampled_v4})
     for (const auto& prob : {kShort, kLong}) {
       const auto plan = make_plan(prob, kH200, Tuning{.select = s});
       EXPECT_EQ(plan.select, s) << select_name(s);
@@ -54,12 +54,12 @@ TEST(TopkPlan, ForcedChoiceAndItsFallback) {
     }
   // A sampled kernel forced where its shared memory does not fit still runs (the global kernel).
   EXPECT_EQ(make_plan(kLong, kTiny, Tuning{.select = Select::sampled}).select, Select::global);
-  EXPECT_EQ(make_plan(kShort, kTiny, Tuning{.select = Select::sampled_v3}).select, Select::global);
+  EXPECT_EQ(make_plan(kShort, kTiny, Tuning{.select = Select::sampled_v4}).select, Select::global);
   EXPECT_EQ(make_plan(kShort, kSmall, Tuning{.select = Select::sampled}).select, Select::sampled);
 }
 
 TEST(TopkPlan, ThreadsFollowTheShapeNotTheAlgorithm) {
-  for (const Select s : {Select::automatic, Select::global, Select::sampled_v3}) {
+  for (const Select s : {Select::automatic, Select::global, Select::sampled_v4}) {
     EXPECT_EQ(make_plan({.rows = 1, .width = 8192, .k = 16}, kH200, {.select = s}).threads, 256);
     EXPECT_EQ(make_plan({.rows = 1, .width = 8193, .k = 16}, kH200, {.select = s}).threads, 1024);
     // Whole rows that each get an SM: 1024 threads; more rows than SMs: 256, several per SM.

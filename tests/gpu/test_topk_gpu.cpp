@@ -2,7 +2,7 @@
 // lists): random scores and any topk, heavy ties, all-equal rows, -0 / -inf / NaN, row starts, rows of
 // 64K / 128K / 256K with more than 16K candidates in the threshold bin, the fused transforms, the
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
-// give identical bits. Every check runs every sampled kernel (TopkPath::sampled_v4, ::sampled_v3 and
+// give identical bits. Every check runs every sampled kernel (TopkPath::sampled_v4 and
 // ::sampled, the plan's default among them), each against the oracle; they are checked on the rows that defeat their
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global).
@@ -27,13 +27,12 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // The kernels each check runs, one after the other (ForcePath narrows it to one).
-std::vector<cuda::TopkPath> g_paths = {cuda::TopkPath::sampled_v4, cuda::TopkPath::sampled_v3, cuda::TopkPath::sampled};
+std::vector<cuda::TopkPath> g_paths = {cuda::TopkPath::sampled_v4, cuda::TopkPath::sampled};
 
 const char* path_name(cuda::TopkPath p) {
   switch (p) {
     case cuda::TopkPath::global: return "global";
     case cuda::TopkPath::sampled: return "sampled (7a32edf)";
-    case cuda::TopkPath::sampled_v3: return "sampled_v3";
     case cuda::TopkPath::sampled_v4: return "sampled_v4";
     default: return "other";
   }

@@ -14,7 +14,6 @@ const char* select_name(Select s) {
     case Select::automatic: return "automatic";
     case Select::global: return "global";
     case Select::sampled: return "sampled";
-    case Select::sampled_v3: return "sampled_v3";
     case Select::sampled_v4: return "sampled_v4";
   }
   return "?";

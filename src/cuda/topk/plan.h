@@ -32,12 +32,12 @@ enum class Select : int {
   automatic = 0,   // Tuning only: the plan's choice (kDefaultSampled when the shared memory fits, else global)
   global = 1,      // topk_radix_global.cuh: radix select streaming the row, up to 5 reads of it
   sampled = 2,     // topk_sampled.cuh (session 3, 7a32edf, measured): one read, candidates in shared memory
-  sampled_v3 = 3,  // topk_sampled_v3.cuh: the same algorithm, fewer instructions per value and candidate
-  sampled_v4 = 4,  // topk_sampled_v4.cuh: v3 with the shared-memory candidate loops on 16-byte quads
+  sampled_v4 = 4,  // topk_sampled_v4.cuh: the same algorithm, fewer instructions per value and candidate, its
+                   // shared-memory candidate loops on 16-byte quads (3 was v3, removed: v4 superseded it)
 };
 const char* select_name(Select s);
-// The sampled kernel the plan picks when nothing is forced: v4, as fast as v3 or faster on every
-// ordinary shape measured (4d5707c: 8192 x 4K 205 vs 232 us, 128 x 16K 16.9 vs 17.6; 128 x 64K equal),
+// The sampled kernel the plan picks when nothing is forced: v4, as fast as the removed v3 or faster on
+// every ordinary shape measured (4d5707c: 8192 x 4K 205 vs 232 us, 128 x 16K 16.9 vs 17.6; 128 x 64K equal),
 // 4 % slower on the adversarial ties16 rows (32.8 vs 31.6).
 constexpr Select kDefaultSampled = Select::sampled_v4;
 

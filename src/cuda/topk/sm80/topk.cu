@@ -3,11 +3,10 @@
 // [0, len) is a candidate, ties at the k-th value -> the lower position.
 //
 // One CTA per row (grid = rows: fixed by the scores' shape, graph safe, no host sync, no workspace).
-// Four kernels, all exact for any input; the plan (cuda/topk/plan.h) picks one:
-//   topk_sampled_v3.cuh     one read of the row: sampled threshold, candidates in shared memory, radix
+// Three kernels, all exact for any input; the plan (cuda/topk/plan.h) picks one:
+//   topk_sampled_v4.cuh     one read of the row: sampled threshold, candidates in shared memory, radix
 //                           select there; rows it cannot bound (adversarial) go to the global path inside
 //                           the same CTA;
-//   topk_sampled_v4.cuh     v3 with its shared-memory candidate loops on 16-byte quads;
 //   topk_sampled.cuh        the same algorithm, session 3's measured version (7a32edf);
 //   topk_radix_global.cuh   radix select streaming the row from L2/HBM on every pass (up to 5 reads).
 #include <cuda_runtime.h>
@@ -19,7 +18,6 @@
 #include "cuda/topk/plan.h"
 #include "cuda/topk/sm80/topk_path.h"
 #include "cuda/topk/sm80/topk_sampled.cuh"
-#include "cuda/topk/sm80/topk_sampled_v3.cuh"
 #include "cuda/topk/sm80/topk_sampled_v4.cuh"
 
 namespace attnserve::cuda {
@@ -33,8 +31,6 @@ int g_threads = 0;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>) &&
-                  sizeof(topk_detail::SampledSmem<1024>) == sizeof(topk_detail::v3::SampledSmem<1024>) &&
-                  sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v3::SampledSmem<256>) &&
                   sizeof(topk_detail::SampledSmem<1024>) == sizeof(topk_detail::v4::SampledSmem<1024>) &&
                   sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v4::SampledSmem<256>),
               "the plan's shared-memory count (plan.h) must match the kernels'");
@@ -58,9 +54,6 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
     case topk_op::Select::sampled_v4:
       launch_with_smem<topk_detail::v4::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
       break;
-    case topk_op::Select::sampled_v3:
-      launch_with_smem<topk_detail::v3::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
-      break;
     case topk_op::Select::sampled:
       launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
       break;
@@ -74,7 +67,6 @@ topk_op::Tuning tuning_of(TopkPath path) {
     case TopkPath::sampled:
     case TopkPath::sampled_prefetch:
     case TopkPath::sampled_match_any: return {.select = topk_op::Select::sampled};
-    case TopkPath::sampled_v3: return {.select = topk_op::Select::sampled_v3};
     case TopkPath::sampled_v4: return {.select = topk_op::Select::sampled_v4};
     default: return {};
   }

@@ -9,8 +9,7 @@ enum class TopkPath : int {
   sampled = 2,    // topk_sampled.cuh (7a32edf): one read, candidates in shared memory (falls back to global itself)
   sampled_prefetch = 3,   // sampled, with an L2 prefetch of the row at the kernel's start (measured slower)
   sampled_match_any = 4,  // sampled, candidate histograms aggregated by __match_any_sync (A/B)
-  sampled_v3 = 5,         // topk_sampled_v3.cuh: the third version (topk_op::Select::sampled_v3)
-  sampled_v4 = 6,         // topk_sampled_v4.cuh: v3 with quad-wide shared-memory loops (topk_op::Select::sampled_v4)
+  sampled_v4 = 6,         // topk_sampled_v4.cuh: the fourth version, the default (topk_op::Select::sampled_v4)
 };
 void set_topk_path(TopkPath path);  // process-wide; not thread safe against concurrent launches
 TopkPath topk_path();

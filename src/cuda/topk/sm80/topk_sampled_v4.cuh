@@ -1,5 +1,5 @@
 // The fourth version of the sampled kernel (TopkPath::sampled_v4, topk_op::Select::sampled_v4): v3
-// (topk_sampled_v3.cuh) with every shared-memory loop over the candidates done by 16-byte quads. The
+// (commit 1b81f8d; removed once v4 measured as fast or faster, bench/NOTES.md) with every shared-memory loop over the candidates done by 16-byte quads. The
 // whole-row regime stores each loaded quad as it came (entry step * 128 + 4 * lane + component: one
 // 16-byte store for the values, one for the positions), and the histogram passes, the key conversion and
 // the emit read 4 entries per lane with one 16-byte load each for keys and positions (v3: 1 entry per load,
