@@ -253,3 +253,18 @@ TEST(GpuMlaFp8, AutoChoice) {  // the default plan: Hopper on sm_90 builds and d
   const bool hopper = device_is_sm90() && cuda::mla::Targets::built().sm90a;
   EXPECT_EQ(check_fp8(s, g).kernel, hopper ? cuda::mla::Kernel::sm90 : cuda::mla::Kernel::sm80);
 }
+
+TEST(GpuMlaFp8, RingWrapsSmall) {  // small enough for racecheck / memcheck: the 2-stage ring wraps 5 times
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int k : kernels_here()) {
+    SCOPED_TRACE("sm90 " + std::to_string(k));
+    Fp8Spec s;
+    s.sm90 = k;
+    s.h_q = 16;
+    s.page_size = 64;
+    s.q_lens = {1, 2};
+    s.k_lens = {600, 65};
+    EXPECT_EQ(check_fp8(s, g).kernel, expected(k));
+  }
+}
