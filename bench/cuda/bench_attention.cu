@@ -213,12 +213,32 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   report_flops(name, us, flops, bytes, note);
 }
 
+// fp8: an FP8-656 cache (656 bytes per token), its tokens quantized by set_mla_kv_buffer from random bf16.
 void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_len = 1, cuda::mla::MlaTuning tune = {},
-               bool deterministic = false) {
+               bool deterministic = false, bool fp8 = false) {
   if (!selected(name)) return;
   const int max_pages = (ctx + ps - 1) / ps, num_pages = b * max_pages, total_q = b * q_len;
-  Buffer kv(size_t(num_pages) * ps * 576 * 2, Device::cuda());
-  fill_bf16(kv.data(), size_t(num_pages) * ps * 576, 7);
+  const int64_t slots = int64_t(num_pages) * ps, row_bytes = fp8 ? 656 : 1152;
+  Buffer kv(size_t(slots) * row_bytes, Device::cuda());
+  if (!fp8) {
+    fill_bf16(kv.data(), size_t(slots) * 576, 7);
+  } else {  // quantize in chunks of 256K tokens (contiguous slots)
+    const int64_t chunk = std::min<int64_t>(slots, 262144);
+    Buffer src(size_t(chunk) * 576 * 2, Device::cuda()), loc(size_t(chunk) * 4, Device::cuda());
+    fill_bf16(src.data(), size_t(chunk) * 576, 7);
+    std::vector<int32_t> idx(static_cast<size_t>(chunk));
+    for (int64_t s0 = 0; s0 < slots; s0 += chunk) {
+      const int64_t n = std::min(chunk, slots - s0);
+      for (int64_t i = 0; i < n; ++i) idx[size_t(i)] = int32_t(s0 + i);
+      CK(cudaMemcpy(loc.data(), idx.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+      set_mla_kv_buffer({.kv_c = TensorView::contiguous(src.data(), DType::bf16, {n, 512}, Device::cuda()),
+                         .k_rope = TensorView::contiguous(static_cast<char*>(src.data()) + size_t(chunk) * 1024,
+                                                          DType::bf16, {n, 64}, Device::cuda()),
+                         .cache = kv.view(DType::u8, {slots, 656}),
+                         .loc = loc.view(DType::i32, {n})});
+    }
+    CK(cudaDeviceSynchronize());
+  }
   const size_t qn_elems = size_t(total_q) * h_q * 512, qr_elems = size_t(total_q) * h_q * 64;
   const int sets = int(std::min<size_t>(32, (96ull << 20) / ((qn_elems + qr_elems) * 2) + 1));
   Buffer qn(qn_elems * 2 * sets, Device::cuda()), qr(qr_elems * 2 * sets, Device::cuda());
@@ -235,15 +255,16 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   CK(cudaMemcpy(slb.data(), sl.data(), sl.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(cub.data(), cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
   auto args = [&](int set) {
-    MlaAttentionArgs a{.q_nope = TensorView::contiguous(static_cast<char*>(qn.data()) + size_t(set) * qn_elems * 2,
-                                                        DType::bf16, {total_q, h_q, 512}, Device::cuda()),
-                       .q_rope = TensorView::contiguous(static_cast<char*>(qr.data()) + size_t(set) * qr_elems * 2,
-                                                        DType::bf16, {total_q, h_q, 64}, Device::cuda()),
-                       .kv_cache = kv.view(DType::bf16, {num_pages, ps, 1, 576}),
-                       .page_table = pt.view(DType::i32, {b, max_pages}),
-                       .cache_seqlens = slb.view(DType::i32, {b}),
-                       .cu_seqlens_q = cub.view(DType::i32, {b + 1}),
-                       .out = out.view(DType::bf16, {total_q, h_q, 512})};
+    MlaAttentionArgs a{
+        .q_nope = TensorView::contiguous(static_cast<char*>(qn.data()) + size_t(set) * qn_elems * 2, DType::bf16,
+                                         {total_q, h_q, 512}, Device::cuda()),
+        .q_rope = TensorView::contiguous(static_cast<char*>(qr.data()) + size_t(set) * qr_elems * 2, DType::bf16,
+                                         {total_q, h_q, 64}, Device::cuda()),
+        .kv_cache = fp8 ? kv.view(DType::u8, {num_pages, ps, 1, 656}) : kv.view(DType::bf16, {num_pages, ps, 1, 576}),
+        .page_table = pt.view(DType::i32, {b, max_pages}),
+        .cache_seqlens = slb.view(DType::i32, {b}),
+        .cu_seqlens_q = cub.view(DType::i32, {b + 1}),
+        .out = out.view(DType::bf16, {total_q, h_q, 512})};
     a.lse = lse.view(DType::f32, {total_q, h_q});
     a.max_seqlen_q = q_len;
     a.softmax_scale = 0.1352337f;
@@ -258,7 +279,7 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
       },
       3, 20);
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
-  const double bytes = double(b) * ctx * 576 * 2;
+  const double bytes = double(b) * ctx * row_bytes;  // cache bytes read (FP8: 656 per token)
   char note[96];
   std::snprintf(note, sizeof note, "[%s hb %d splits %d stages %d] %.0f%% of copy", cuda::mla::kernel_name(cfg.kernel),
                 cfg.rows_per_block, cfg.num_splits, cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
@@ -383,6 +404,17 @@ int main(int argc, char** argv) try {
   bench_mla("mla decode b128 hq128 8K page64 deterministic", 128, 128, 8192, 64, 1, {}, true);
   bench_mla("mla decode b128 hq16 8K page1", 128, 16, 8192, 1);
   bench_mla("mla decode b128 hq128 8K page1", 128, 128, 8192, 1);
+  // FP8-656 cache (issue 15 deliverable 2: >= 1.6x the bf16 cache's tokens/s at h_q 16; GB/s counts 656 B
+  // per token): the default plan, the portable kernel, page 1, deterministic.
+  bench_mla("mla fp8 decode b128 hq16 8K page64", 128, 16, 8192, 64, 1, {}, false, true);
+  bench_mla("mla fp8 decode b128 hq128 8K page64", 128, 128, 8192, 64, 1, {}, false, true);
+  bench_mla("mla fp8 decode b128 hq64 8K page64", 128, 64, 8192, 64, 1, {}, false, true);
+  bench_mla("mla fp8 decode b128 hq16 8K page1", 128, 16, 8192, 1, 1, {}, false, true);
+  bench_mla("mla fp8 decode b128 hq16 8K page64 portable", 128, 16, 8192, 64, 1, cuda::mla::MlaTuning{0, 0, 0, 0},
+            false, true);
+  bench_mla("mla fp8 decode b128 hq128 8K page64 portable", 128, 128, 8192, 64, 1, cuda::mla::MlaTuning{0, 0, 0, 0},
+            false, true);
+  bench_mla("mla fp8 decode b128 hq128 8K page64 deterministic", 128, 128, 8192, 64, 1, {}, true, true);
   for (int k90 : {0, 1}) {
     cuda::mla::MlaTuning t;
     t.sm90 = k90;

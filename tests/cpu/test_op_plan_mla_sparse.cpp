@@ -130,6 +130,50 @@ TEST(OpPlanMla, HopperKernelNeedsItsBuildDeviceAndNondeterminism) {
   EXPECT_STREQ(cuda::mla::kernel_name(Kernel::sm90), "sm90");
 }
 
+// FP8-656 cache (u8 rows of 656 bytes): the Hopper kernel with the bf16 kernel's shared memory (raw tokens
+// staged in the bf16 stage); the portable kernel's ring of raw tiles plus one bf16 tile; deterministic as bf16.
+cuda::mla::Problem mla_fp8(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64) {
+  cuda::mla::Problem p = mla(b, q_len, h_q, ctx, page);
+  p.kv_dtype = DType::u8;
+  p.d_kv = 656;
+  return p;
+}
+
+TEST(OpPlanMla, Fp8CacheOnBothKernels) {
+  using cuda::mla::Kernel;
+  EXPECT_TRUE(cuda::mla::can_implement(mla_fp8(1, 1, 16, 64), kH200).ok());
+  const cuda::mla::Plan h16 = cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {}, kSm90Build);
+  EXPECT_EQ(h16.kernel, Kernel::sm90);
+  EXPECT_EQ(h16.smem, cuda::mla90::smem_bytes());
+  EXPECT_EQ(cuda::mla::make_plan(mla_fp8(128, 1, 128, 8192), kH200, {}, kSm90Build).m_blocks, 2);
+  // Portable: smem = Q + one bf16 tile + stages raw tiles + scores; HB 16 still two CTAs per SM.
+  const cuda::mla::Plan p16 = cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {}, kPortableBuild);
+  EXPECT_EQ(p16.kernel, Kernel::sm80);
+  EXPECT_EQ(p16.smem, cuda::mla::smem_bytes(16, p16.stages, true));
+  EXPECT_EQ(cuda::mla::smem_bytes(16, 2, true), cuda::mla::smem_bytes(16, 2) - 2 * cuda::mla::kTileBytes +
+                                                    cuda::mla::kTileBytes + 2 * cuda::mla::kRawTileBytes);
+  EXPECT_LE(p16.smem, (kH200.smem_per_block + 1024) / 2 - 1024);
+  EXPECT_GE(p16.stages, 2);
+  const cuda::mla::Plan a100 = cuda::mla::make_plan(mla_fp8(128, 1, 128, 8192), kA100, {.sm90 = 1}, kSm90Build);
+  EXPECT_EQ(a100.kernel, Kernel::sm80);
+  EXPECT_LE(a100.smem, kA100.smem_per_block);
+  cuda::mla::Problem det = mla_fp8(128, 1, 128, 8192);
+  det.deterministic = true;
+  const cuda::mla::Plan d = cuda::mla::make_plan(det, kH200, {}, kSm90Build);
+  EXPECT_EQ(d.kernel, Kernel::sm80);
+  EXPECT_EQ(d.split_keys, cuda::mla::kDeterministicSplitKeys);
+  // The row width must match the format: 576 bytes of u8 or 656 bf16 values are not a cache.
+  cuda::mla::Problem bad = mla_fp8(1, 1, 16, 64);
+  bad.d_kv = 576;
+  EXPECT_NE(cuda::mla::can_implement(bad, kH200).reason.find("656"), std::string::npos);
+  bad = mla(1, 1, 16, 64);
+  bad.d_kv = 656;
+  EXPECT_FALSE(cuda::mla::can_implement(bad, kH200).ok());
+  bad = mla_fp8(1, 1, 16, 64);
+  bad.kv_dtype = DType::fp8_e4m3;
+  EXPECT_NE(cuda::mla::can_implement(bad, kH200).reason.find("FP8-656"), std::string::npos);
+}
+
 TEST(OpPlanMla, CanImplementNamesWhatIsUnsupported) {
   cuda::mla::Problem p = mla(1, 1, 16, 64);
   EXPECT_TRUE(cuda::mla::can_implement(p, kH200).ok());
