@@ -18,6 +18,10 @@ constexpr int tile_keys(int /*mt*/) { return 64; }
 constexpr int kMaxStages = 8;
 constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
 
+// Three CTAs per SM need <= 168 registers per thread: the MT = 1 kernel at d <= 128 fits without
+// spills (164 at bf16 d 128, sm_90); larger head dims and MT = 4 hold more accumulators.
+constexpr bool supports_three_ctas(int d, int mt) { return mt == 1 && d <= 128; }
+
 // Deepest pipeline worth having; the plan then takes the deepest that fits two CTAs per SM.
 constexpr int max_stages_for(int d, bool fp8) {
   const int s = (d <= 64 ? 4 : d <= 128 ? 3 : 2) + (fp8 ? 1 : 0);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Decode work in one device call (the budget is seconds): build the GPU tests and bench_attention for
+# the H200 alone (sm_90 + sm_90a), run the decode/verify tests (the portable kernel's suites, CUDA-graph
+# replays, the dense backends and plans), the decode benchmark cases, and, if time is left, one ncu
+# profile. Each step has its own time limit; logs go to $OUT.
+#
+# Environment: OUT (logs), DEPS (googletest/, dlpack/, cutlass/include as for gpu_check.sh),
+#   TESTS_FILTER, BENCH_FILTER (bench_attention's filter: substrings joined by '|', '^' = prefix),
+#   NCU_CASE (a bench case name to profile; empty: none), DEADLINE_S (skip later steps past it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/decode}
+BUILD=${BUILD_DIR:-build-h200}
+DEADLINE_S=${DEADLINE_S:-170}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/decode_check.log") 2>&1
+echo "== decode_check  $(date -u +%FT%TZ)  commit ${ATTNSERVE_COMMIT:-unknown}  $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | head -1)"
+
+EXTRA=()
+if [ ! -f /usr/include/gtest/gtest.h ] && [ -n "${DEPS:-}" ] && [ -d "$DEPS/googletest" ]; then
+  cmake -S "$DEPS/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+    -DCMAKE_INSTALL_PREFIX=/tmp/deps -DCMAKE_POSITION_INDEPENDENT_CODE=ON >/dev/null &&
+    cmake --build /tmp/gtest-build -j "$(nproc)" >/dev/null && cmake --install /tmp/gtest-build >/dev/null
+  EXTRA+=(-DCMAKE_PREFIX_PATH=/tmp/deps)
+fi
+[ -n "${DEPS:-}" ] && [ -f "$DEPS/dlpack/dlpack.h" ] && EXTRA+=(-DDLPACK_INCLUDE_DIR="$DEPS")
+[ -n "${DEPS:-}" ] && [ -f "$DEPS/cutlass/include/cute/tensor.hpp" ] && EXTRA+=(-DATTNSERVE_CUTLASS_DIR="$DEPS/cutlass/include")
+
+t0=$SECONDS
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUDA=ON -DATTNSERVE_CUDA_ARCHS=90 \
+  -DATTNSERVE_BENCH=ON -DATTNSERVE_BENCH_CUDA_ARCHS=90 -DATTNSERVE_DEMO=OFF "${EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
+  cmake --build "$BUILD" -j "$(nproc)" --target attnserve_gpu_tests bench_attention >"$OUT/build.log" 2>&1
+echo "== build rc $? in $((SECONDS - t0)) s"
+grep -E "error" "$OUT/build.log" | head -20
+
+FILTER=${TESTS_FILTER:-'GpuAttention.*:GpuGraph.*:GpuGraphPlanner.*:PlanGpu.Dense*:PlanGpu.GraphReplay*:BackendGpu.Dense*:GpuMerge.*'}
+t0=$SECONDS
+timeout 60 "$BUILD/attnserve_gpu_tests" --gtest_filter="$FILTER" >"$OUT/gpu_tests.log" 2>&1
+echo "== gpu tests rc $? in $((SECONDS - t0)) s"
+grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) +\]' "$OUT/gpu_tests.log" | grep -v "listed below" | tail -60
+grep -B2 -A6 -E "Failure" "$OUT/gpu_tests.log" | head -40
+
+if [ $SECONDS -lt "$DEADLINE_S" ]; then
+  t0=$SECONDS
+  timeout $((DEADLINE_S - SECONDS + 5)) "$BUILD/bench/bench_attention" "${BENCH_FILTER:-^decode|^verify|^sweep decode|^ab |^ctx|^page|^repeat}" \
+    >"$OUT/bench.log" 2>&1
+  echo "== bench rc $? in $((SECONDS - t0)) s"
+  cut -c1-150 "$OUT/bench.log"
+fi
+if [ -n "${NCU_CASE:-}" ] && [ $SECONDS -lt $((DEADLINE_S - 15)) ] && command -v ncu >/dev/null; then
+  t0=$SECONDS
+  timeout $((DEADLINE_S - SECONDS)) ncu --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis -k regex:paged_attention \
+    --launch-skip 3 --launch-count 1 "$BUILD/bench/bench_attention" "^$NCU_CASE" >"$OUT/ncu.txt" 2>&1
+  echo "== ncu rc $? in $((SECONDS - t0)) s"
+fi
+echo "== total $SECONDS s"
