@@ -6,7 +6,8 @@
 #
 # Environment: OUT (logs), DEPS (googletest/, dlpack/, cutlass/include as for gpu_check.sh),
 #   TESTS_FILTER, BENCH_FILTER (bench_attention's filter: substrings joined by '|', '^' = prefix),
-#   NCU_CASE (a bench case name to profile; empty: none), DEADLINE_S (skip later steps past it).
+#   NCU_CASES (bench case names to profile, ';'-separated; empty: none), DEADLINE_S (skip later
+#   steps past it, seconds since the start).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/decode}
@@ -47,11 +48,18 @@ if [ $SECONDS -lt "$DEADLINE_S" ]; then
   echo "== bench rc $? in $((SECONDS - t0)) s"
   cut -c1-150 "$OUT/bench.log"
 fi
-if [ -n "${NCU_CASE:-}" ] && [ $SECONDS -lt $((DEADLINE_S - 15)) ] && command -v ncu >/dev/null; then
+# NCU_CASES: bench case names separated by ';', one ncu run each (the 4th launch of its kernel).
+IFS=';' read -r -a ncu_cases <<<"${NCU_CASES:-}"
+n=0
+for c in "${ncu_cases[@]}"; do
+  [ -z "$c" ] && continue
+  n=$((n + 1))
+  if [ $SECONDS -ge $((DEADLINE_S - 12)) ] || ! command -v ncu >/dev/null; then echo "== ncu $n skipped (time or no ncu)"; continue; fi
   t0=$SECONDS
   timeout $((DEADLINE_S - SECONDS)) ncu --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
     --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis -k regex:paged_attention \
-    --launch-skip 3 --launch-count 1 "$BUILD/bench/bench_attention" "^$NCU_CASE" >"$OUT/ncu.txt" 2>&1
-  echo "== ncu rc $? in $((SECONDS - t0)) s"
-fi
+    --launch-skip 3 --launch-count 1 "$BUILD/bench/bench_attention" "^$c" >"$OUT/ncu_$n.txt" 2>&1
+  echo "== ncu $n ($c) rc $? in $((SECONDS - t0)) s"
+  grep -E "DRAM Throughput|Memory Throughput|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Eligible Warps|Warp Cycles Per Issued|Theoretical Occupancy" "$OUT/ncu_$n.txt" | head -14
+done
 echo "== total $SECONDS s"
