@@ -18,8 +18,10 @@ exec > >(tee "$OUT/decode_check.log") 2>&1
 echo "== decode_check  $(date -u +%FT%TZ)  commit ${ATTNSERVE_COMMIT:-unknown}  $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | head -1)"
 
 EXTRA=()
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
 if [ ! -f /usr/include/gtest/gtest.h ] && [ -n "${DEPS:-}" ] && [ -d "$DEPS/googletest" ]; then
-  cmake -S "$DEPS/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+  cmake -S "$DEPS/googletest" -B /tmp/gtest-build "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
     -DCMAKE_INSTALL_PREFIX=/tmp/deps -DCMAKE_POSITION_INDEPENDENT_CODE=ON >/dev/null &&
     cmake --build /tmp/gtest-build -j "$(nproc)" >/dev/null && cmake --install /tmp/gtest-build >/dev/null
   EXTRA+=(-DCMAKE_PREFIX_PATH=/tmp/deps)
@@ -28,7 +30,7 @@ fi
 [ -n "${DEPS:-}" ] && [ -f "$DEPS/cutlass/include/cute/tensor.hpp" ] && EXTRA+=(-DATTNSERVE_CUTLASS_DIR="$DEPS/cutlass/include")
 
 t0=$SECONDS
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUDA=ON -DATTNSERVE_CUDA_ARCHS=90 \
+cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUDA=ON -DATTNSERVE_CUDA_ARCHS=90 \
   -DATTNSERVE_BENCH=ON -DATTNSERVE_BENCH_CUDA_ARCHS=90 -DATTNSERVE_DEMO=OFF "${EXTRA[@]}" >"$OUT/configure.log" 2>&1 &&
   cmake --build "$BUILD" -j "$(nproc)" --target attnserve_gpu_tests bench_attention >"$OUT/build.log" 2>&1
 echo "== build rc $? in $((SECONDS - t0)) s"
