@@ -11,7 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/decode}
-BUILD=${BUILD_DIR:-build-h200}
+BUILD=${BUILD_DIR:-/tmp/build-h200}  # outside the carried tree: kept while the machine stays warm
 DEADLINE_S=${DEADLINE_S:-170}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/decode_check.log") 2>&1

@@ -329,6 +329,72 @@ void bench_decode(const std::string& name, int b, int h_q, int h_kv, int d, int 
   }
 }
 
+// One variant of a same-buffer comparison: its tuning, mode, and which page table it reads.
+struct Variant {
+  std::string label;
+  cuda::attn::Tuning tune{};
+  bool deterministic = false;
+  bool near = false;    // pool > 1: a permutation of the pool's first b x max_pages pages instead
+  bool gather = false;  // gather_read_kernel (no math) instead of the attention op
+};
+
+// One allocation (pool, caches, both page tables), every variant timed in turn, `rounds` times
+// (A B C A B C): variants compared on the same buffers, the repeat showing the drift in between.
+void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, int pool,
+                    const std::vector<Variant>& vs, int rounds = 2) {
+  if (!selected(name)) return;
+  Paged p = make_paged(b, h_q, h_kv, d, ps, q_len, ctx, true, 4321u + uint32_t(ps), pool, false);
+  const Buffer& pt_far = p.pt;  // the batch's pages sampled from the whole pool
+  Buffer pt_near(size_t(b) * p.max_pages * 4, Device::cuda());
+  {
+    std::vector<int32_t> ids(size_t(b) * p.max_pages);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937_64(77));
+    CK(cudaMemcpy(pt_near.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  }
+  size_t ws_bytes = 256;
+  for (const Variant& v : vs) {
+    const auto cfg = cuda::attn::select(paged_args(p, 0, v.deterministic), cuda::attn::current_device_caps(), v.tune);
+    ws_bytes = std::max(ws_bytes, cfg.ws_bytes);
+  }
+  p.ws = Buffer(ws_bytes, Device::cuda());
+  const double kv_bytes = 2.0 * b * double(ctx) * h_kv * d * 2;
+  int shift = 0;
+  while ((1 << shift) < ps) ++shift;
+  Buffer sink(256, Device::cuda());
+  for (int round = 0; round < rounds; ++round)
+    for (const Variant& v : vs) {
+      const Buffer& pt = v.near ? pt_near : pt_far;
+      auto args = [&](int set) {
+        PagedAttentionArgs a = paged_args(p, set, v.deterministic);
+        a.page_table = pt.view(DType::i32, {b, p.max_pages});
+        return a;
+      };
+      double us = 0;
+      std::string note;
+      if (v.gather) {
+        us = median_us([&](int) {
+          gather_read_kernel<<<dim3(unsigned(h_kv), unsigned(b)), 128>>>(
+              static_cast<const char*>(p.k.data()), static_cast<const char*>(p.v.data()),
+              static_cast<const int*>(pt.data()), p.max_pages, shift, ctx, int64_t(h_kv) * d * 2, int64_t(d) * 2,
+              static_cast<uint32_t*>(sink.data()));
+        });
+        CK(cudaGetLastError());
+      } else {
+        const auto cfg = cuda::attn::select(args(0), cuda::attn::current_device_caps(), v.tune);
+        us = median_us([&](int i) {
+          cuda::attn::run(args(i % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, v.tune);
+        });
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "[splits %d stages %d mt %d ctas/SM %d%s%s]", cfg.num_splits, cfg.stages, cfg.mt,
+                      cfg.ctas_per_sm, cfg.page_runs && ps >= 16 ? " page-runs" : "",
+                      cfg.l2_prefetch ? " l2-prefetch" : "");
+        note = buf;
+      }
+      report_bw(name + " " + v.label + " r" + std::to_string(round + 1), us, kv_bytes, note);
+    }
+}
+
 void bench_paged(const std::string& name, int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx,
                  bool shuffle = true, cuda::attn::Tuning tune = {}, bool deterministic = false) {
   DecodeOpts o;
@@ -588,6 +654,38 @@ int main(int argc, char** argv) try {
     Tuning t{.page_shifts = shifts};
     bench_paged("ab decode b64x8K hq32 hkv8 page16" + v, 64, 32, 8, 128, 16, 1, 8192, true, t);
   }
+  // Same-buffer comparisons (one allocation per shape, every variant twice, interleaved): the
+  // allocation's placement moved whole figures by ~12 % between cases in the first run of session 5.
+  {
+    Tuning s3{.num_splits = 3, .ctas = 3}, s3pf = s3, pf{.l2_prefetch = 1}, det1k{.split_keys = 1024},
+                                           det2k{.split_keys = 2048};
+    s3pf.l2_prefetch = 1;
+    const Variant def{"default"}, rows{"per-row", Tuning{.page_runs = 0}}, pref{"l2-prefetch", pf},
+        c3{"ctas3 splits3", s3}, c3pf{"ctas3 splits3 l2-prefetch", s3pf}, det{"deterministic", {}, true},
+        d1k{"deterministic split1024", det1k, true}, d2k{"deterministic split2048", det2k, true},
+        gat{"gather-read", {}, false, false, true};
+    bench_variants("same b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1,
+                   {def, rows, pref, c3, c3pf, det, d1k, d2k, gat});
+    const Variant near{"near", {}, false, true}, near_pf{"near l2-prefetch", pf, false, true},
+        near_gat{"near gather-read", {}, false, true, true};
+    bench_variants("same b64x8K hq32 hkv8 page64 pool16x", 64, 32, 8, 128, 64, 1, 8192, 16,
+                   {def, pref, c3, c3pf, rows, gat, near, near_pf, near_gat});
+    bench_variants("same b64x8K hq32 hkv8 page1 pool16x", 64, 32, 8, 128, 1, 1, 8192, 16,
+                   {def, pref, gat, near, near_pf, near_gat});
+    bench_variants("same b64x8K hq32 hkv8 page16 pool4x", 64, 32, 8, 128, 16, 1, 8192, 4,
+                   {def, pref, gat, near, near_pf, near_gat});
+    const Variant c3s1{"ctas3 splits1", Tuning{.num_splits = 1, .ctas = 3}},
+        c3s2{"ctas3 splits2", Tuning{.num_splits = 2, .ctas = 3}};
+    bench_variants("same b256x2K hq32 hkv8 page16", 256, 32, 8, 128, 16, 1, 2048, 1, {def, pref, c3s1, det, d1k});
+    bench_variants("same b64x1K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 1024, 1, {def, pref, c3s2, det});
+    bench_variants("same b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1, {def, pref, c3s1, det, d1k});
+    bench_variants("same verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, pref, det, d1k});
+    bench_variants("same verify8 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 8, 4096, 1, {def, pref, det});
+    // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
+    bench_variants("same b4x32K hq32 hkv8 page16", 4, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});
+    bench_variants("same b1x32K hq32 hkv8 page16", 1, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});
+  }
+
   // The committed sweeps: context 1K -> 32K (b 64, page 16) and page size 1 -> 256 (b 64 x 8K),
   // default plan and three CTAs per SM.
   for (int ctx : {1024, 2048, 4096, 8192, 16384, 32768}) {

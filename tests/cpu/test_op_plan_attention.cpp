@@ -131,7 +131,8 @@ TEST(OpPlanAttention, DeterministicUsesFixedSplitsOfRowBlocksOf16) {
   const Plan c = cuda::attn::make_plan(p, kH200, {.mt = 4}, kWithSm90);
   EXPECT_EQ(c.mt, 1);  // the tuning cannot change the summation order
   EXPECT_EQ(c.split_keys, cuda::attn::kDeterministicSplitKeys);
-  EXPECT_EQ(c.num_splits, (313 * 16 + 1023) / 1024);  // 313 pages of 16 keys
+  const int sk = cuda::attn::kDeterministicSplitKeys;
+  EXPECT_EQ(c.num_splits, (313 * 16 + sk - 1) / sk);  // 313 pages of 16 keys
   EXPECT_EQ(c.m_blocks, (5 * 4 + 15) / 16);
   // The batch does not change the splits (bits independent of the other requests).
   Problem big = p;

@@ -16,7 +16,10 @@ constexpr int kTileKeys = 64;
 // pipeline ran decode at 2.7 TB/s against 3.6 for 64-key tiles: a per-tile cost dominates.
 constexpr int tile_keys(int /*mt*/) { return 64; }
 constexpr int kMaxStages = 8;
-constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
+// Fixed split size of the deterministic mode (a request's splits depend on its own length only).
+// Measured on the H200 (bench/NOTES.md, session 5): 1024 ran b64 x 8K 15 % behind the default, 4096
+// 2 % behind; small batches get fewer CTAs (b1 x 32K: 8 kv heads x 8 splits).
+constexpr int kDeterministicSplitKeys = 4096;
 
 // Three CTAs per SM need <= 168 registers per thread: the MT = 1 kernel at d <= 128 fits without
 // spills (164 at bf16 d 128, sm_90); larger head dims and MT = 4 hold more accumulators.
