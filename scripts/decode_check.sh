@@ -45,7 +45,7 @@ grep -B2 -A6 -E "Failure" "$OUT/gpu_tests.log" | head -40
 
 if [ $SECONDS -lt "$DEADLINE_S" ]; then
   t0=$SECONDS
-  timeout $((DEADLINE_S - SECONDS + 5)) "$BUILD/bench/bench_attention" "${BENCH_FILTER:-^decode|^verify|^sweep decode|^ab |^ctx|^page|^repeat}" \
+  timeout $((DEADLINE_S - SECONDS + 5)) "$BUILD/bench/bench_attention" "${BENCH_FILTER:-^decode|^verify|^sweep decode|^ab |^same|^ctx|^page|^repeat}" \
     >"$OUT/bench.log" 2>&1
   echo "== bench rc $? in $((SECONDS - t0)) s"
   cut -c1-150 "$OUT/bench.log"

@@ -222,7 +222,7 @@ TEST(GpuAttention, DecodeTilesAcrossPageSizesAndHeadDims) {
 // Page runs (one page-table entry per run of a thread's rows): every page size that takes them
 // (pages of 2 load steps and more, a tile inside one page from 64 on), each head dim and the FP8
 // cache (other load steps), partial last pages, empty and one-token requests, splits; the bits
-// equal the per-row addressing's (same arithmetic, other addresses), and with the L2 prefetch on.
+// equal the per-row addressing's (same arithmetic, other addresses).
 TEST(GpuAttention, PageRunsAcrossPageSizesAndHeadDims) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
@@ -247,13 +247,9 @@ TEST(GpuAttention, PageRunsAcrossPageSizesAndHeadDims) {
         AttnCase c(s, g);
         cuda::attn::Tuning per_row = s.tuning;
         per_row.page_runs = 0;
-        cuda::attn::Tuning prefetch = s.tuning;
-        prefetch.l2_prefetch = 1;
-        const GpuResult rows = run_on_gpu(c, per_row), runs = run_on_gpu(c, s.tuning), pf = run_on_gpu(c, prefetch);
+        const GpuResult rows = run_on_gpu(c, per_row), runs = run_on_gpu(c, s.tuning);
         EXPECT_TRUE(same_bytes(rows.out, runs.out)) << "page runs change the output bits";
         EXPECT_TRUE(same_bytes(rows.lse, runs.lse)) << "page runs change the lse bits";
-        EXPECT_TRUE(same_bytes(pf.out, runs.out)) << "the L2 prefetch changes the output bits";
-        EXPECT_TRUE(same_bytes(pf.lse, runs.lse)) << "the L2 prefetch changes the lse bits";
       }
 }
 
@@ -289,7 +285,6 @@ TEST(GpuAttention, ThreeCtasPerSm) {
     s.window_left = k.window;
     s.tuning.num_splits = k.splits;
     s.tuning.ctas = 3;
-    s.tuning.l2_prefetch = k.ps == 64 ? 1 : 0;  // with the prefetch too
     check_case(s, g);
     AttnCase c(s, g);
     const auto plan3 = cuda::attn::make_plan(

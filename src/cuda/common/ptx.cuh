@@ -18,9 +18,6 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int s
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 // 4-byte async copy (page-table entries); src_bytes 0 writes zeros.
-// Prefetch the 128-byte line holding `p` into L2 (a hint: no data, no completion to wait for).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes = 4) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }

@@ -17,8 +17,8 @@ constexpr int kTileKeys = 64;
 constexpr int tile_keys(int /*mt*/) { return 64; }
 constexpr int kMaxStages = 8;
 // Fixed split size of the deterministic mode (a request's splits depend on its own length only).
-// Measured on the H200 (bench/NOTES.md, session 5): 1024 ran b64 x 8K 15 % behind the default, 4096
-// 2 % behind; small batches get fewer CTAs (b1 x 32K: 8 kv heads x 8 splits).
+// Measured on the H200, same buffers (bench/NOTES.md, session 5): b64 x 8K 5.1 % behind the default
+// at 1024 keys, 1.6 % at 4096; but one request of 32K gets 8 kv heads x 8 splits: 43 % behind.
 constexpr int kDeterministicSplitKeys = 4096;
 
 // Three CTAs per SM need <= 168 registers per thread: the MT = 1 kernel at d <= 128 fits without

@@ -228,26 +228,6 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     }
   };
 
-  // ---- L2 prefetch (Params::l2_prefetch, power-of-two pages) of tile `tile` = t + stages during
-  // tile t: its page ids landed with tile t's group (the ring runs `stages` tiles ahead of the loads),
-  // and its cp.async goes out one iteration later, so its address translation and DRAM read start a
-  // tile earlier without holding shared memory. One 128-byte line of a K or V row per thread.
-  auto prefetch_l2 = [&](int tile) {
-    if (tile >= n_tiles) return;
-    constexpr int kLines = Tr::kRawRowBytes >= 128 ? Tr::kRawRowBytes / 128 : 1;
-    const int j0 = k_begin + tile * Tr::kTile, sh = p.page_shift;
-    const int* pages = sPage + (tile % ring) * Tr::kTile;
-    for (int idx = tid; idx < Tr::kTile * kLines; idx += kThreads) {
-      const int row = idx / kLines, line = idx % kLines, j = j0 + row, pi = j >> sh;
-      if (j >= k_end || pi >= p.max_pages) continue;
-      const int page = pages[pi - (j0 >> sh)];
-      if (page < 0 || page >= p.num_pages) continue;
-      const int64_t slot = int64_t(page) * p.page_size + (j & (p.page_size - 1));
-      ptx::prefetch_l2(p.k + int64_t(hk) * p.k_sh + slot * p.k_stok + line * 128);
-      ptx::prefetch_l2(p.v + int64_t(hk) * p.v_sh + slot * p.v_stok + line * 128);
-    }
-  };
-
   // ---- per-thread rows: warp owns m-tile mt and key slice ks; rows rr0 = mt*16 + lane/4, rr0 + 8.
   const int mt = warp % MT, ks = (warp / MT) % Tr::KS, dh = warp / (MT * Tr::KS);
   const int rr0 = mt * 16 + (lane >> 2), rr1 = rr0 + 8;
@@ -309,7 +289,6 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     }
     ptx::cp_async_wait_dyn(p.stages - 1);
     __syncthreads();
-    if (p.l2_prefetch && p.page_shift >= 0) prefetch_l2(t + p.stages);
 
     const char* tK = sKV + (t % p.stages) * 2 * Tr::kRawTileBytes;
     const char* tV = tK + Tr::kRawTileBytes;
