@@ -142,6 +142,12 @@ int main(int argc, char** argv) try {
       bench_case("sparse decode", rows, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {}, true);
     }
   }
+  // Where the small-head kernel's time goes: the same h_q 16 call over pools of 32K tokens (21 MB: L2-resident)
+  // to 4M (2.7 GB). Session 5 found the per-tile time independent of ring depth and HBM load (NOTES.md);
+  // a time independent of the pool too would confirm that the limit is inside the SM.
+  for (int64_t tokens : {int64_t(1) << 15, int64_t(1) << 18, int64_t(1) << 22})
+    bench_case("sparse decode (pool " + std::to_string(tokens >> 10) + "K tokens)", 128, 16, 2048, tokens, true,
+               316.0 / 4, "FlashMLA padded to 64 heads");
   // h_q 128 at 32 rows (64 CTAs of HB 64): splits 1 / 2 / 4.
   for (int s : {1, 2, 4}) bench_case("sparse decode", 32, 128, 2048, pool, true, 277, "FlashMLA", {s, 0});
   return 0;
