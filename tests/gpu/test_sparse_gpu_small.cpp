@@ -5,7 +5,8 @@
 // one more key), index lists of page size 1 and 64, invalid / out-of-range / repeated slots, topk_length
 // 0 and partial (64-key tile edges), empty rows, FP8 tokens of zeros, forced split counts and ring
 // depths, the portable kernel's outputs on the same problem, and the deterministic mode's batch
-// invariance. Skipped off sm_90 or without the sm_90a build.
+// invariance; also the 64-head Hopper kernel on the same edge cases at h_q 32 / 20 (the plan's other
+// candidate there). Skipped off sm_90 or without the sm_90a build.
 #include <gtest/gtest.h>
 
 #include <climits>
