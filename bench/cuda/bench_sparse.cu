@@ -11,6 +11,7 @@
 // "forced" cases override them (sweeps). Times include the split combine.
 //
 // Usage: bench_sparse [--quick] [filter-substring]
+#include <algorithm>
 #include <string>
 
 #include "bench_sparse_util.cuh"
@@ -35,6 +36,20 @@ __global__ void fp8_token_tails(uint8_t* kv, int64_t tokens) {
 
 using Tuning = cuda::sparse_mla_op::SparseMlaTuning;
 
+// The filter argument as alternatives separated by '|', each a name substring, or with a leading '=' the whole name
+// (one device call runs the h_q 16 and 32 cases, ncu exactly one case).
+bool wanted(const std::string& name) {
+  if (g_filter.empty()) return true;
+  std::size_t begin = 0;
+  while (begin <= g_filter.size()) {
+    const std::size_t end = std::min(g_filter.find('|', begin), g_filter.size());
+    const std::string alt = g_filter.substr(begin, end - begin);
+    if (!alt.empty() && (alt[0] == '=' ? name == alt.substr(1) : name.find(alt) != std::string::npos)) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
 void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk, int64_t pool_tokens, bool fp8,
                 double peer_tflops, const std::string& peer, Tuning tune = {}, bool deterministic = false) {
   std::string name = what + " rows " + std::to_string(rows) + " h_q " + std::to_string(h_q) + " topk " +
@@ -46,7 +61,7 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
   if (tune.small == 1) name += " small";
   if (tune.small == 0) name += " no-small";
   if (deterministic) name += " deterministic";
-  if (!selected(name)) return;
+  if (!wanted(name)) return;
   const int64_t row_bytes = fp8 ? 656 : 1152;
   Buffer kv(std::size_t(pool_tokens * row_bytes), Device::cuda());
   if (fp8) {
@@ -129,13 +144,13 @@ int main(int argc, char** argv) try {
   bench_case("sparse decode", 256, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
   // Small head counts (DeepSeek-V3.2 under 8- / 4-way TP): the small-head FP8 kernel (the default on sm_90)
   // against the portable kernel and the 64-head Hopper kernel on the same shapes, its deterministic mode
-  // (one split whatever the batch), ring depths 2 / 3, and a few batch sizes.
+  // (a split count of top-k alone), ring depths 2 / 3 / 4 (HB 16: 3 and 4 run one CTA per SM), and a few batch sizes.
   for (int64_t h : {16, 32}) {
     const double peer = 316.0 * double(h) / 64;
     bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {.sm90 = 0});
     bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {.sm90 = 1});
     bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {}, true);
-    for (int st : {2, 3})
+    for (int st : {2, 3, 4})
       bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {.stages = st});
     for (int64_t rows : {32, 64, 256}) {
       bench_case("sparse decode", rows, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads");

@@ -258,12 +258,15 @@ TEST(OpPlanSparseMla, SmallHeadKernel) {
   EXPECT_EQ(h16.head_block, 16);
   EXPECT_EQ(h16.head_blocks, 1);
   EXPECT_EQ(h16.tile_keys, 64);
-  EXPECT_EQ(h16.stages, 4);
-  EXPECT_EQ(h16.num_splits, 1);  // 128 CTAs on 132 SMs
+  EXPECT_EQ(h16.stages, 2);  // two CTAs per SM
+  EXPECT_EQ(h16.ctas_per_sm, 2);
+  EXPECT_LE(2 * (h16.smem + 1024), kH200.smem_per_block + 1024);
+  EXPECT_EQ(h16.num_splits, 2);  // 256 CTAs on 264 slots
   EXPECT_LE(h16.smem, kH200.smem_per_block);
   const auto h32 = make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90);
   EXPECT_EQ(h32.head_block, 32);
   EXPECT_EQ(h32.stages, 4);
+  EXPECT_EQ(h32.ctas_per_sm, 1);
   EXPECT_LE(h32.smem, kH200.smem_per_block);
   const auto odd = make_plan(sparse(7, 20, 2048, true), kH200, {}, kWithSm90);
   EXPECT_EQ(odd.kernel, Kernel::sm90_fp8_small);
@@ -272,7 +275,12 @@ TEST(OpPlanSparseMla, SmallHeadKernel) {
   EXPECT_GT(workspace_size(odd), 0u);
   auto det = sparse(7, 20, 2048, true);
   det.deterministic = true;
-  EXPECT_EQ(make_plan(det, kH200, {}, kWithSm90).num_splits, 1);
+  EXPECT_EQ(make_plan(det, kH200, {}, kWithSm90).num_splits, 1);  // HB 32: one CTA per SM
+  auto det16 = sparse(3, 16, 2048, true);
+  det16.deterministic = true;
+  EXPECT_EQ(make_plan(det16, kH200, {}, kWithSm90).num_splits, 2);  // HB 16: two per SM, whatever the batch
+  det16.rows = 4096;
+  EXPECT_EQ(make_plan(det16, kH200, {}, kWithSm90).num_splits, 2);
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 0}, kWithSm90).kernel, Kernel::sm80_fp8);
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 1}, kWithSm90).kernel, Kernel::sm90_fp8);
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 0, .small = 1}, kWithSm90).kernel,

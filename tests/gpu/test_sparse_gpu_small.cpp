@@ -5,7 +5,8 @@
 // one more key), index lists of page size 1 and 64, invalid / out-of-range / repeated slots, topk_length
 // 0 and partial (64-key tile edges), empty rows, FP8 tokens of zeros, forced split counts and ring
 // depths, the portable kernel's outputs on the same problem, and the deterministic mode's batch
-// invariance. Skipped off sm_90 or without the sm_90a build.
+// invariance; also the 64-head Hopper kernel on the same edge cases at h_q 32 / 20 (the plan's other
+// candidate there). Skipped off sm_90 or without the sm_90a build.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -239,19 +240,91 @@ TEST(SparseMlaGpuSmall, ScalesSpreadAcrossKeys) {
   check_small(p, name_of(c), {0, 1, 3});
 }
 
-// Ring depths 2 and 3 (the plan takes 4 on an H200).
+// Ring depths 2, 3 and 4 at both head blocks (on an H200 the plan takes 2 at HB 16, two CTAs per SM, and 4 at
+// HB 32; 3 and 4 at HB 16 run one CTA per SM under the same 128-register cap).
 TEST(SparseMlaGpuSmall, RingDepths) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  for (int stages : {2, 3}) {
-    SparseMlaCase c = small_case(32);
-    c.rows = 3;
-    c.topk = 700;
-    c.with_topk_length = true;
-    SparseMlaProblem p = make_sparse_mla_problem(c, g);
-    SMALL_REQUIRE(p);
-    check_small(p, name_of(c), {0, 1, 2}, stages);
-    if (HasFailure()) return;
+  for (int64_t h_q : {16, 32})
+    for (int stages : {2, 3, 4}) {
+      SparseMlaCase c = small_case(h_q);
+      c.rows = 3;
+      c.topk = 700;
+      c.with_topk_length = true;
+      SparseMlaProblem p = make_sparse_mla_problem(c, g);
+      SMALL_REQUIRE(p);
+      check_small(p, name_of(c), {0, 1, 2}, stages);
+      if (HasFailure()) return;
+    }
+}
+
+// The 64-head Hopper kernel (sm90_fp8, 64-head blocks: h_q 32 and 20 are padded with zero rows of Q) on the small
+// kernel's edge cases, so that the plan may pick it for h_q 17..32 where it is faster: topk_length 0 / 1 / tile
+// edges with a sink and a sharp softmax, invalid / repeated slots and empty rows, FP8 tokens of zeros; auto and
+// forced split counts.
+TEST(SparseMlaGpuSmall, HopperKernelAtSmallHeadCounts) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  constexpr SparseTuning kHopper{.sm90 = 1, .small = 0};
+  const DeviceCaps caps = query_device_caps(Device::cuda());
+  auto check_hopper = [&](SparseMlaProblem& p, const std::string& what) {
+    if (cuda::sparse_mla_op::select(p.args(), caps, kHopper).kernel != Kernel::sm90_fp8) {
+      GTEST_SKIP() << "the 64-head Hopper kernel does not run here";
+    }
+    const SparseRefs refs = compute_refs(p);
+    for (int s : {0, 1, 2, 4}) {
+      SCOPED_TRACE(what + " hopper, splits " + std::to_string(s));
+      SparseTuning t = kHopper;
+      t.num_splits = s;
+      check_gpu(p, refs, t);
+      if (HasFailure()) return;
+    }
+  };
+  for (int64_t h_q : {32, 20}) {
+    {
+      SparseMlaCase c = base_case(h_q, true);
+      c.rows = 7;
+      c.topk = 256;
+      c.with_topk_length = true;
+      c.with_sink = true;
+      c.softmax_scale = 1.2f;
+      SparseMlaProblem p = make_sparse_mla_problem(c, g);
+      const int32_t lens[7] = {0, 1, 63, 64, 65, 200, 256};
+      for (int r = 0; r < 7; ++r) p.topk_length.ptr<int32_t>()[r] = lens[r];
+      check_hopper(p, name_of(c) + " topk_length edges");
+      if (HasFailure() || IsSkipped()) return;
+    }
+    {
+      SparseMlaCase c = base_case(h_q, true);
+      c.rows = 5;
+      c.topk = 200;
+      c.invalid_fraction = 0.0;
+      c.with_sink = true;
+      SparseMlaProblem p = make_sparse_mla_problem(c, g);
+      int32_t* idx = p.index_ptr();
+      const int32_t bad[6] = {-1, -5, int32_t(c.num_slots), INT_MAX, INT_MIN, int32_t(c.num_slots) + 7};
+      for (int i = 0; i < 6; ++i) idx[i * 13] = bad[i];
+      for (int i = 0; i < 200; ++i) idx[200 + i] = 17 + (i % 3);
+      for (int i = 0; i < 200; ++i) idx[400 + i] = i % 2 ? -1 : 1999;
+      for (int i = 0; i < 200; ++i) idx[600 + i] = -1;
+      for (int i = 0; i < 200; ++i) idx[800 + i] = i < 64 ? -1 : idx[800 + i];
+      check_hopper(p, name_of(c) + " invalid, repeated, empty rows");
+      if (HasFailure()) return;
+    }
+    {
+      SparseMlaCase c = base_case(h_q, true);
+      c.rows = 3;
+      c.topk = 192;
+      c.invalid_fraction = 0.05;
+      SparseMlaProblem p = make_sparse_mla_problem(c, g);
+      for (int64_t s = 0; s < 100; ++s) std::memset(p.kv.ptr<uint8_t>() + s * 656, 0, 656);
+      int32_t* idx = p.index_ptr();
+      for (int i = 64; i < 128; ++i) idx[i] = i - 64;
+      for (int i = 0; i < 192; i += 3) idx[192 + i] = i % 100;
+      for (int i = 0; i < 192; ++i) idx[384 + i] = i % 100;
+      check_hopper(p, name_of(c) + " FP8 zero tokens");
+      if (HasFailure()) return;
+    }
   }
 }
 
@@ -274,9 +347,9 @@ TEST(SparseMlaGpuSmall, AgreesWithThePortableKernel) {
   }
 }
 
-// Deterministic mode: one split whatever the batch, so a row's bits do not depend on how many rows
-// run with it (the first 3 rows alone = the same rows inside a batch of 40); the default mode splits
-// the 3-row batch. Both against the oracle.
+// Deterministic mode: a split count of top-k alone, so a row's bits do not depend on how many rows run
+// with it (the first 3 rows alone = the same rows inside a batch of 40); the default mode splits the
+// 3-row batch further. Both against the oracle.
 TEST(SparseMlaGpuSmall, DeterministicIsBatchInvariant) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
@@ -291,7 +364,7 @@ TEST(SparseMlaGpuSmall, DeterministicIsBatchInvariant) {
   SparseMlaArgs full = p.args();
   full.deterministic = true;
   const DeviceCaps caps = query_device_caps(Device::cuda());
-  EXPECT_EQ(cuda::sparse_mla_op::select(full, caps).num_splits, 1);
+  const int det_splits = cuda::sparse_mla_op::select(full, caps).num_splits;
   const GpuResult big = run_gpu(full, p.out, p.lse, p.max_logits);
   SparseMlaArgs few = full;
   few.q = full.q.slice(0, 0, 3);
@@ -299,10 +372,10 @@ TEST(SparseMlaGpuSmall, DeterministicIsBatchInvariant) {
   few.out = full.out.slice(0, 0, 3);
   few.lse = full.lse.slice(0, 0, 3);
   few.max_logits = full.max_logits.slice(0, 0, 3);
-  EXPECT_EQ(cuda::sparse_mla_op::select(few, caps).num_splits, 1);
+  EXPECT_EQ(cuda::sparse_mla_op::select(few, caps).num_splits, det_splits);
   SparseMlaArgs few_default = few;
   few_default.deterministic = false;
-  EXPECT_GT(cuda::sparse_mla_op::select(few_default, caps).num_splits, 1);
+  EXPECT_GT(cuda::sparse_mla_op::select(few_default, caps).num_splits, det_splits);
   const GpuResult small = run_gpu(few, p.out, p.lse, p.max_logits);
   const std::size_t out_bytes = 3 * 16 * 512 * 2, stat_bytes = 3 * 16 * 4;
   EXPECT_EQ(0, std::memcmp(big.out.bytes.data(), small.out.bytes.data(), out_bytes));

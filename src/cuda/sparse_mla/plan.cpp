@@ -100,9 +100,8 @@ Plan make_sm90_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune)
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
   return c;
 }
-// The small-head FP8 kernel: 16 or 32 heads per CTA, 64-key tiles, the deepest ring (<= 4) that fits,
-// one CTA per SM; split-K when rows underfill the SMs (a split covers >= 2 tiles). Deterministic: one
-// split whatever the batch (bits independent of it).
+// The small-head FP8 kernel: 16 or 32 heads per CTA, 64-key tiles; split-K when rows underfill the SMs (a split covers
+// >= 2 tiles). Deterministic: one split whatever the batch (bits independent of it).
 Plan make_small_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune) {
   const Problem& p = c.problem;
   c.kernel = Kernel::sm90_fp8_small;
@@ -110,16 +109,23 @@ Plan make_small_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune
   c.head_blocks = int(ceil_div(std::max<int64_t>(p.h_q, 1), c.head_block));
   c.tile_keys = sparse_mla90::kSmallTileKeys;
   auto bytes = [&](int s) { return sparse_mla90::small_smem_layout(c.head_block, s).total; };
+  // HB 16: two CTAs per SM on 2-stage rings (the kernel's 128-register cap; session 5 measured 2, 3 and 4
+  // stages at one CTA per SM within 1 %); HB 32: one CTA, the deepest ring that fits.
+  const std::size_t two_ctas = (caps.smem_per_block + 1024) / 2 - 1024;  // each CTA also reserves 1 KB
+  const bool pair = c.head_block == 16 && bytes(2) <= two_ctas;
   c.stages = 2;
-  for (int s = 3; s <= sparse_mla90::kSmallMaxStages; ++s)
-    if (bytes(s) <= caps.smem_per_block) c.stages = s;
+  if (!pair)
+    for (int s = 3; s <= sparse_mla90::kSmallMaxStages; ++s)
+      if (bytes(s) <= caps.smem_per_block) c.stages = s;
   if (tune.stages >= 2 && tune.stages <= sparse_mla90::kSmallMaxStages && bytes(tune.stages) <= caps.smem_per_block)
     c.stages = tune.stages;
-  c.ctas_per_sm = 1;
   c.smem = bytes(c.stages);
+  c.ctas_per_sm = pair && c.smem <= two_ctas ? 2 : 1;
   const int tiles = int(std::max<int64_t>(1, ceil_div(p.topk, c.tile_keys)));
-  int splits = 1;
-  if (!p.deterministic) splits = heuristic_splits(p.rows * c.head_blocks, caps.num_sms, tiles / 2);
+  // Deterministic: a split count of the top-k length alone (bits independent of the batch): one per CTA
+  // slot of an SM, so a full batch still runs two CTAs per SM.
+  int splits = std::max(1, std::min(c.ctas_per_sm, tiles / 2));
+  if (!p.deterministic) splits = heuristic_splits(p.rows * c.head_blocks, caps.num_sms * c.ctas_per_sm, tiles / 2);
   if (tune.num_splits > 0) splits = std::min(tune.num_splits, tiles);
   c.split_tiles = int(ceil_div(tiles, splits));
   c.num_splits = int(ceil_div(tiles, c.split_tiles));

@@ -31,7 +31,7 @@ enum class Kernel : int {
   sm90_bf16 = 2,       // Hopper wgmma kernel (sm90/kernel.cuh), 64 heads per CTA, over the bf16 cache
   sm90_fp8 = 3,        // the same over the FP8-656 cache (dequantized by its producer warpgroup)
   sm90_fp8_small = 4,  // small head counts over the FP8-656 cache (sm90/small_heads.cuh): 16 or 32 heads per
-                       // CTA, mma.sync on fragments built from the raw FP8 bytes, a 4-deep ring of 64-key tiles
+                       // CTA, mma.sync on fragments built from the raw FP8 bytes, a cp.async ring of 64-key tiles
 };
 const char* kernel_name(Kernel k);
 inline bool is_sm90(Kernel k) { return k == Kernel::sm90_bf16 || k == Kernel::sm90_fp8 || k == Kernel::sm90_fp8_small; }

@@ -3,10 +3,11 @@
 // C++): the plan (../plan.cpp) sizes and chooses with it, small_heads.cuh is built from it.
 //
 // At 16 heads a row's math is small (16 x 2048 x 1088 x 2 FLOP) and the call is a gather of
-// rows x top-k x 656 bytes, so the design is for bytes in flight: raw tokens land in a 4-deep ring of
-// 64-key stages by cp.async (3 stages = 126 KB in flight per SM while the fourth is computed) and are
-// read by the tensor cores' register fragments straight from the raw bytes (no dequantized copy in
-// shared memory).
+// rows x top-k x 656 bytes: raw tokens land in a ring of 64-key stages by cp.async and are read by the
+// tensor cores' register fragments straight from the raw bytes (no dequantized copy in shared memory).
+// Measured (bench/NOTES.md, session 5), the time per tile is set by each warp's chain of dependent
+// instructions, not by the bytes in flight: HB 16 runs two CTAs per SM on 2-stage rings (16 warps),
+// HB 32 one CTA on the deepest ring that fits.
 #pragma once
 #include <cstddef>
 

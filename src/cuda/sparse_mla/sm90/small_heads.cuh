@@ -66,10 +66,20 @@ __device__ __forceinline__ float pick4(const float (&v)[4], int i) {
   return i == 0 ? v[0] : (i == 1 ? v[1] : (i == 2 ? v[2] : v[3]));
 }
 
+// 1 / x by the SFU (one ulp; exact for the power-of-two scales of the quantizer), no slow path.
+__device__ __forceinline__ float fast_rcp(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 }  // namespace small_detail
 
+// HB 16 is capped at 128 registers so that two CTAs share an SM (2-stage rings: the plan's choice for HB 16;
+// measured, the ring depth did not change the time, NOTES.md); HB 32 keeps one CTA per SM.
 template <int MT>  // m-tiles of 16 heads
-__global__ void __launch_bounds__(kSmallThreads, 1) small_heads_fp8_kernel(const sparse_mla_op::Params p) {
+__global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
+    small_heads_fp8_kernel(const sparse_mla_op::Params p) {
   using namespace small_detail;
   constexpr int HB = 16 * MT;
   constexpr int kChunks = kTok / 16;  // 41 cp.async chunks per token
@@ -111,15 +121,21 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_heads_fp8_kernel(const
       sIds[(t % (2 * S)) * kSmallTileKeys + tid] = sid;
     }
   };
-  // Gathers local tile t into ring slot t % S: 64 tokens x 41 chunks of 16 bytes (zeros for invalid slots).
+  // Gathers local tile t into ring slot t % S (zeros for invalid slots): warp w copies tokens 8 w .. 8 w + 7,
+  // lane l chunk l (and chunk 32 + l for l < 9) of each: a fixed per-lane plan, so a 16-byte copy costs a
+  // shared-memory id read, one 32 x 32 -> 64-bit multiply and the cp.async (the first version spent ~30
+  // instructions of division and 64-bit index arithmetic per copy, NOTES.md).
+  const uint32_t row_bytes = uint32_t(p.kv_row_bytes);  // launch.cu: < 2^31
   auto issue = [&](int t) {
-    const int* ids = sIds + (t % (2 * S)) * kSmallTileKeys;
-    uint8_t* dst = ring + std::size_t(t % S) * kSmallStageBytes;
-    for (int c = tid; c < kSmallTileKeys * kChunks; c += kSmallThreads) {
-      const int key = c / kChunks, ch = c - key * kChunks;
-      const int s = ids[key];
-      const uint8_t* src = s >= 0 ? p.kv + int64_t(s) * p.kv_row_bytes + ch * 16 : p.kv;
-      ptx::cp_async_16(ptx::smem_addr(dst + key * kTok + ch * 16), src, s >= 0 ? 16 : 0);
+    const int* ids = sIds + (t % (2 * S)) * kSmallTileKeys + 8 * warp;
+    const uint32_t dst = ptx::smem_addr(ring + std::size_t(t % S) * kSmallStageBytes + 8 * warp * kTok + 16 * lane);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int s = ids[k];
+      const uint8_t* src = p.kv + uint64_t(uint32_t(max(s, 0))) * row_bytes + 16 * lane;
+      const int bytes = s >= 0 ? 16 : 0;
+      ptx::cp_async_16(dst + uint32_t(k * kTok), src, bytes);
+      if (lane < kChunks - 32) ptx::cp_async_16(dst + uint32_t(k * kTok + 512), src + 512, bytes);
     }
   };
 
@@ -284,7 +300,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_heads_fp8_kernel(const
 #pragma unroll
       for (int w = 0; w < 8; ++w) mx = fmaxf(mx, sSmax[w * 4 + b]);
       r_new[b] = mx;
-      const float inv = 1.f / mx;
+      const float inv = fast_rcp(mx);
       const float f0 = sk0[b] * inv, f1 = sk1[b] * inv;
 #pragma unroll
       for (int m = 0; m < MT; ++m)
@@ -297,7 +313,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_heads_fp8_kernel(const
 
     // ---- O[HB][dims 64 w .. + 64] = O * alpha * R_old / R_new + P_blk V.
     {
-      const float rho = pick4(ref, blk) / pick4(r_new, blk);
+      const float rho = pick4(ref, blk) * fast_rcp(pick4(r_new, blk));
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -410,6 +426,9 @@ template <int MT>
 void launch_small_block(const sparse_mla_op::Params& p, std::size_t smem_bytes, cudaStream_t stream) {
   auto* kernel = small_heads_fp8_kernel<MT>;
   ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
+  // All of L1 as shared memory: two HB 16 CTAs (2 x 111 KB) share an SM only in the largest carveout.
+  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            int(cudaSharedmemCarveoutMaxShared)));
   const dim3 grid(unsigned(p.rows * p.head_blocks), unsigned(p.num_splits));
   kernel<<<grid, kSmallThreads, smem_bytes, stream>>>(p);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
