@@ -86,12 +86,18 @@ TEST(TreeGpu, KernelMatchesCpuOracle) {
     da.q = dq.view, da.k_cache = dk.view, da.v_cache = dv.view, da.key_slots = dks.view, da.num_keys = dnk.view;
     da.cu_seqlens_q = dcu.view, da.mask = dmask.view, da.out = dout.view, da.lse = dlse.view;
     da.q_rope = c.d_rope ? dqr.view : TensorView{};
-    tree_attention(da);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const HostTensor gout = dout.download(out), glse = dlse.download(lse);
-    // Both round the same f32-accurate values to bf16: at most a bf16 ulp apart per element.
-    EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
-    EXPECT_LT(rel_l2(to_doubles(glse), to_doubles(lse)), 1e-5);
+    for (const char* kernel : {"", "staged2"}) {  // the default kernels and the opt-in v2
+      SCOPED_TRACE(std::string("kernel ") + kernel);
+      setenv("ATTNSERVE_TREE_KERNEL", kernel, 1);
+      dout.poison();
+      tree_attention(da);
+      unsetenv("ATTNSERVE_TREE_KERNEL");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const HostTensor gout = dout.download(out), glse = dlse.download(lse);
+      // Both round the same f32-accurate values to bf16: at most a bf16 ulp apart per element.
+      EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
+      EXPECT_LT(rel_l2(to_doubles(glse), to_doubles(lse)), 1e-5);
+    }
   }
 }
 
@@ -145,17 +151,23 @@ TEST(TreeGpu, KernelMergesThePrefixStateInPlace) {
     da.key_slots = dks.view, da.num_keys = dnk.view, da.cu_seqlens_q = dcu.view, da.mask = dmask.view;
     da.out = dout.view, da.lse = dlse.view, da.q_rope = mla ? dqr.view : TensorView{};
     da.prefix_out = dout.view, da.prefix_lse = dplse.view;
-    tree_attention(da);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const HostTensor gout = dout.download(out), glse = dlse.download(lse);
-    EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
-    int64_t inf_mismatch = 0;
-    for (int64_t i = 0; i < rows * h_q; ++i) inf_mismatch += std::isinf(lse.get(i)) != std::isinf(glse.get(i));
-    EXPECT_EQ(inf_mismatch, 0);
-    std::vector<double> gl = to_doubles(glse), cl = to_doubles(lse);
-    for (std::size_t i = 0; i < gl.size(); ++i)
-      if (std::isinf(cl[i])) gl[i] = cl[i] = 0;
-    EXPECT_LT(rel_l2(gl, cl), 1e-5);
+    for (const char* kernel : {"", "staged2"}) {  // the default kernel and the opt-in v2, each from the prefix
+      SCOPED_TRACE(std::string("kernel ") + kernel);
+      dout.upload(prefix);
+      setenv("ATTNSERVE_TREE_KERNEL", kernel, 1);
+      tree_attention(da);
+      unsetenv("ATTNSERVE_TREE_KERNEL");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const HostTensor gout = dout.download(out), glse = dlse.download(lse);
+      EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
+      int64_t inf_mismatch = 0;
+      for (int64_t i = 0; i < rows * h_q; ++i) inf_mismatch += std::isinf(lse.get(i)) != std::isinf(glse.get(i));
+      EXPECT_EQ(inf_mismatch, 0);
+      std::vector<double> gl = to_doubles(glse), cl = to_doubles(lse);
+      for (std::size_t i = 0; i < gl.size(); ++i)
+        if (std::isinf(cl[i])) gl[i] = cl[i] = 0;
+      EXPECT_LT(rel_l2(gl, cl), 1e-5);
+    }
     EXPECT_NE(to_doubles(out), to_doubles(prefix));  // the merge changed the output
   }
 }
