@@ -446,3 +446,29 @@ TEST(SparseDraftTree, BadBatchesAreClearErrors) {
   ver.init_forward_metadata(ok.spec(pool.view(), false));
   EXPECT_THROW(ver.topk_transform(narrow.view, kTopk), Error);
 }
+
+// topk_transform's row_starts (each row's logits at its own offset) moves the path logits of the right
+// columns: the same slots as contiguous rows.
+TEST(SparseDraftTree, RowStartsGiveTheSameSlots) {
+  auto g = rng_for_test();
+  const int P = 4, D = 12;
+  TestPool pool(kPoolRows, kCtx, P, g);
+  KvPair kv = KvPair::mla_pools(1, pool_slots(pool), MlaCacheFormat::bf16, g);
+  SparseBackend be(
+      make_config({NsaImpl::sparse_bf16, true}, P, pool, kv.buffers(0), {.draft_token_num = D, .topk = 3}));
+  const VerifyCase c = verify_case(g, 3, D, {});
+  be.init_forward_metadata(c.spec(pool.view(), false));
+  const int64_t rows = 3 * D, shift = 7;
+  HostTensor plain = random_tensor(DType::f32, {rows, kCtx}, g, 3.0);
+  HostTensor shifted(DType::f32, {rows, kCtx + shift});
+  std::vector<int32_t> starts;
+  for (int64_t i = 0; i < rows; ++i) {
+    starts.push_back(int32_t(i % (shift + 1)));
+    std::memcpy(shifted.ptr<float>() + i * (kCtx + shift) + starts.back(), plain.ptr<float>() + i * kCtx,
+                kCtx * sizeof(float));
+  }
+  const HostTensor st = i32_tensor(starts);
+  const std::vector<int32_t> a = read_i32(be.topk_transform(plain.view, kTopk));
+  const std::vector<int32_t> b = read_i32(be.topk_transform(shifted.view, kTopk, {}, st.view));
+  for (int64_t i = 0; i < rows; ++i) EXPECT_EQ(row_set(a, i), row_set(b, i)) << "row " << i;
+}
