@@ -102,7 +102,8 @@ void bind_ops(nb::module_& m) {
       arg("deterministic") = false, arg("workspace") = nb::none(), arg("stream") = 0, arg("query_workspace") = false,
       "MLA attention, absorbed form (score = q_nope.c_kv + q_rope.k_rope, value = c_kv).\n\n"
       "q_nope [total_q, h_q, d_v] bf16 (f32 on the CPU); q_rope [total_q, h_q, d_rope];\n"
-      "kv_cache [num_pages, page_size, 1, d_v + d_rope] q's dtype; page_table [b, max_pages] i32;\n"
+      "kv_cache [num_pages, page_size, 1, d_v + d_rope] q's dtype, or [num_pages, page_size, 1, 656] uint8\n"
+      "(FP8-656, as MlaKvPool(fp8_656) stores it; d_v 512, d_rope 64); page_table [b, max_pages] i32;\n"
       "cache_seqlens [b] i32; cu_seqlens_q [b + 1] i32; out [total_q, h_q, d_v] (written);\n"
       "lse [total_q, h_q] f32 (written, optional).");
 

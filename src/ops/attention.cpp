@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "attnserve/cache_formats.h"
+
 #include "cpu/cpu_ops.h"
 #include "cpu/load.h"
 #include "cuda/cuda_ops.h"
@@ -149,7 +151,14 @@ void validate(const MlaAttentionArgs& a) {
   ATTNSERVE_CHECK(a.q_rope.dtype == a.q_nope.dtype, kMla, ": argument 'q_rope' has dtype ", dtype_name(a.q_rope.dtype),
                   ", expected q_nope's dtype ", dtype_name(a.q_nope.dtype));
   const int64_t d_rope = a.q_rope.size(2);
-  check_tensor(kMla, "kv_cache", a.kv_cache, {a.q_nope.dtype}, {-1, -1, 1, d_v + d_rope});
+  if (a.kv_cache.dtype == DType::u8) {  // FP8-656: 512 latent + 64 rope values in 656 bytes
+    ATTNSERVE_CHECK(d_v == Fp8MlaLayout::kNope && d_rope == Fp8MlaLayout::kRope, kMla,
+                    ": an FP8-656 kv_cache (u8) needs d_v ", Fp8MlaLayout::kNope, " and d_rope ", Fp8MlaLayout::kRope,
+                    ", got d_v ", d_v, " and d_rope ", d_rope);
+    check_tensor(kMla, "kv_cache", a.kv_cache, {DType::u8}, {-1, -1, 1, int64_t(Fp8MlaLayout::kBytes)});
+  } else {
+    check_tensor(kMla, "kv_cache", a.kv_cache, {a.q_nope.dtype, DType::u8}, {-1, -1, 1, d_v + d_rope});
+  }
   check_last_dim_contiguous(kMla, "kv_cache", a.kv_cache);
   const int64_t num_pages = a.kv_cache.size(0), page_size = a.kv_cache.size(1);
   ATTNSERVE_CHECK(page_size >= 1, kMla, ": argument 'kv_cache' has page_size ", page_size, ", expected >= 1");

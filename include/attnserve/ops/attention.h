@@ -42,10 +42,13 @@ void paged_attention(const PagedAttentionArgs& a, Workspace ws = {}, Stream stre
 
 // MLA, absorbed form: one latent KV head; score = q_nope.c_kv + q_rope.k_rope, value = c_kv.
 // kv_cache rows are [c_kv (d_v) | k_rope (d_rope)]. Same paging, masking and options as above.
+// An FP8-656 cache (u8 rows of 656 bytes, DeepSeek-V3.2's format, cache_formats.h: 512 e4m3 latent
+// values, 4 f32 scales, 64 bf16 rope values) needs d_v 512 and d_rope 64; each token is dequantized
+// (fp8 * scale) and then used as a bf16 cache row would be.
 struct MlaAttentionArgs {
   TensorView q_nope;         // [total_q, h_q, d_v]    bf16 (f32 on the CPU)
   TensorView q_rope;         // [total_q, h_q, d_rope]
-  TensorView kv_cache;       // [num_pages, page_size, 1, d_v + d_rope] q's dtype
+  TensorView kv_cache;       // [num_pages, page_size, 1, d_v + d_rope] q's dtype, or [.., 1, 656] u8 (FP8-656)
   TensorView page_table;     // [b, max_pages] i32
   TensorView cache_seqlens;  // [b] i32
   TensorView cu_seqlens_q;   // [b + 1] i32

@@ -123,10 +123,15 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   c.m_blocks = ceil_div(rows_max, 16 * c.mt);
 
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
+  // Tuning::ctas = 3 (MT = 1, d <= 128): the deepest that lets three share one (2 stages at d 128).
   const std::size_t per_block = caps.smem_per_block;
   const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;
+  const std::size_t three_ctas = (per_block + 1024) / 3 - 1024;
+  const bool want3 = tune.ctas == 3 && supports_three_ctas(d, c.mt);
   const int smax = max_stages_for(d, fp8);
   c.stages = 0;
+  for (int s = smax; s >= 2 && !c.stages && want3; --s)
+    if (smem_bytes(d, fp8, c.mt, s) <= three_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
     if (smem_bytes(d, fp8, c.mt, s) <= two_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
@@ -135,13 +140,16 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(d, fp8, c.mt, 2),
                   " bytes of shared memory per block, the device allows ", per_block);
   c.smem = smem_bytes(d, fp8, c.mt, c.stages);
-  const int ctas_per_sm = c.smem <= two_ctas ? 2 : 1;
+  // Three CTAs per SM also need the 168-register kernel (launch: __launch_bounds__(128, 3)).
+  c.ctas_per_sm = want3 && c.smem <= three_ctas ? 3 : c.smem <= two_ctas ? 2 : 1;
+  const int ctas_per_sm = c.ctas_per_sm;
 
   const int64_t max_keys = p.max_pages * p.page_size;
   const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), tile_keys(c.mt));
   if (p.deterministic) {
-    c.split_keys = kDeterministicSplitKeys;
-    c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));
+    c.split_keys =
+        tune.split_keys > 0 ? int(ceil_div(tune.split_keys, kTileKeys)) * kTileKeys : kDeterministicSplitKeys;
+    c.num_splits = std::max(1, ceil_div(max_keys, c.split_keys));
   } else {
     c.split_keys = 0;
     // >= 2 key tiles per split
@@ -149,10 +157,11 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
   c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
+  c.page_runs = tune.page_runs == 0 ? 0 : 1;
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
-  const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
+  const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0 || tune.ctas != 0 || tune.page_runs >= 0;
   // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
   // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..4
   // forces one.
@@ -166,6 +175,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
       c.split_keys = 0;
       c.m_blocks = ceil_div(rows_max, attn90::kRows);
       c.smem = attn90::fp8_smem_bytes(d);
+      c.ctas_per_sm = 1;
     }
   } else if (want90 && sm90_supports(p, caps, targets, variant)) {
     c.kernel = Kernel(variant);
@@ -173,6 +183,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     c.split_keys = 0;
     c.m_blocks = ceil_div(rows_max, attn90::kRows);
     c.smem = attn90::smem_bytes(d, variant);
+    c.ctas_per_sm = 1;
   }
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
   return c;

@@ -52,6 +52,8 @@ struct Plan {
   int split_keys = 0;        // > 0: fixed split size in keys (deterministic); 0: even split
   int m_blocks = 1;          // grid.x
   int page_shifts = 1;       // shift addressing for power-of-two pages
+  int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
+  int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
   int sm90() const { return kernel == Kernel::sm80 ? 0 : int(kernel); }  // attn90::Variant or 0
@@ -69,6 +71,9 @@ struct Tuning {
   // 3 (kPingPong) or 4 (kPingPongEager, the A/B baseline): that Hopper kernel whenever it supports
   // the call. An fp8 q runs the FP8 Hopper kernel (8) whenever a Hopper kernel is wanted (> 0 or auto).
   int sm90 = -1;
+  int page_runs = -1;  // portable kernel: -1 default (on), 0 off (one page-table entry per row), 1 on
+  int ctas = 0;        // portable kernel: 0 default; 2 or 3 CTAs per SM (3: MT = 1, d <= 128, 2 stages)
+  int split_keys = 0;  // deterministic mode: fixed split size in keys (rounded up to 64); 0: the default
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.
