@@ -432,6 +432,75 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   report_flops(name, us, flops, bytes, note);
 }
 
+// Random e4m3 codes with exponents 4..8 (|x| in [0.125, 3.75]) and a random sign: finite, never zero
+// (the FP8 prefill inputs: no zeros and no subnormals in q or K).
+__global__ void fill_fp8_prefill_kernel(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    p[i] = uint8_t(0x20 + (h % 40)) | uint8_t((h >> 16) & 0x80);
+  }
+}
+
+// FP8 prefill/extend (q, K, V e4m3, descales [b, h_kv] of 0.5, out bf16), the shapes of bench_prefill;
+// FLOPs counted the same way (causal: visible pairs), bytes with 1-byte q / K / V.
+void bench_prefill_fp8(const std::string& name, int b, int s, int h_q, int h_kv, int d, int prefix = 0,
+                       cuda::attn::Tuning tune = {}, int page_size = 16) {
+  if (!selected(name)) return;
+  const int ctx = s + prefix, max_pages = (ctx + page_size - 1) / page_size, num_pages = b * max_pages;
+  const int total_q = b * s;
+  const size_t kv_elems = size_t(num_pages) * page_size * h_kv * d, q_elems = size_t(total_q) * h_q * d;
+  const int sets = int(std::min<size_t>(64, (96ull << 20) / q_elems + 1));  // > L2 across sets
+  Buffer k(kv_elems, Device::cuda()), v(kv_elems, Device::cuda()), q(q_elems * sets, Device::cuda());
+  fill_fp8_prefill_kernel<<<1024, 256>>>(static_cast<uint8_t*>(k.data()), kv_elems, 11);
+  fill_fp8_prefill_kernel<<<1024, 256>>>(static_cast<uint8_t*>(v.data()), kv_elems, 12);
+  fill_fp8_prefill_kernel<<<1024, 256>>>(static_cast<uint8_t*>(q.data()), q_elems * sets, 13);
+  CK(cudaGetLastError());
+  Buffer out(q_elems * 2, Device::cuda()), lse(size_t(total_q) * h_q * 4, Device::cuda());
+  std::vector<int32_t> ids(static_cast<size_t>(num_pages)), sl(static_cast<size_t>(b), ctx), cu(size_t(b) + 1);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(99));
+  for (int i = 0; i <= b; ++i) cu[size_t(i)] = i * s;
+  std::vector<float> ds(size_t(b) * h_kv, 0.5f);
+  Buffer pt(ids.size() * 4, Device::cuda()), slb(sl.size() * 4, Device::cuda()), cub(cu.size() * 4, Device::cuda()),
+      dsb(ds.size() * 4, Device::cuda());
+  CK(cudaMemcpy(pt.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(slb.data(), sl.data(), sl.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(cub.data(), cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dsb.data(), ds.data(), ds.size() * 4, cudaMemcpyHostToDevice));
+  auto args = [&](int set) {
+    PagedAttentionArgs a{.q = TensorView::contiguous(static_cast<char*>(q.data()) + size_t(set) * q_elems,
+                                                     DType::fp8_e4m3, {total_q, h_q, d}, Device::cuda()),
+                         .k_cache = k.view(DType::fp8_e4m3, {num_pages, page_size, h_kv, d}),
+                         .v_cache = v.view(DType::fp8_e4m3, {num_pages, page_size, h_kv, d}),
+                         .page_table = pt.view(DType::i32, {b, max_pages}),
+                         .cache_seqlens = slb.view(DType::i32, {b}),
+                         .cu_seqlens_q = cub.view(DType::i32, {b + 1}),
+                         .out = out.view(DType::bf16, {total_q, h_q, d})};
+    a.lse = lse.view(DType::f32, {total_q, h_q});
+    a.q_descale = dsb.view(DType::f32, {b, h_kv});
+    a.k_descale = dsb.view(DType::f32, {b, h_kv});
+    a.v_descale = dsb.view(DType::f32, {b, h_kv});
+    a.max_seqlen_q = s;
+    a.softmax_scale = 1.f / std::sqrt(float(d));
+    a.causal = true;
+    return a;
+  };
+  const auto cfg = cuda::attn::select(args(0), cuda::attn::current_device_caps(), tune);
+  Buffer ws(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
+  const double us = median_us(
+      [&](int i) {
+        cuda::attn::run(args(i % sets), cfg, Workspace{ws.data(), ws.bytes()}, {});
+      },
+      2, 10);
+  const double pairs = double(b) * (double(s) * prefix + double(s) * (s + 1) / 2.0);
+  const double flops = 4.0 * pairs * h_q * d;
+  const double bytes = 2.0 * b * double(ctx) * h_kv * d + double(total_q) * h_q * d * 3;
+  report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]");
+}
+
 // fp8: an FP8-656 cache (656 bytes per token), its tokens quantized by set_mla_kv_buffer from random bf16.
 void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_len = 1, cuda::mla::MlaTuning tune = {},
                bool deterministic = false, bool fp8 = false) {
@@ -777,6 +846,24 @@ int main(int argc, char** argv) try {
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal" + v, 1, 8192, 32, 8, 128, 0, t);
     bench_prefill("prefill b4 s4K hq32 hkv8 d128 causal" + v, 4, 4096, 32, 8, 128, 0, t);
     bench_prefill("extend b8 prefix4K +1K hq32 hkv8 page16" + v, 8, 1024, 32, 8, 128, 4096, t);
+  }
+  // FP8 (q, K, V e4m3, issue 13 deliverable 3) beside the bf16 ping-pong, adjacent pairs in one run
+  // ("fp8ab" selects them alone); the portable kernel runs the fp8 q widened to bf16.
+  {
+    cuda::attn::Tuning pp, f8, port;
+    pp.sm90 = 3;
+    f8.sm90 = 8;
+    port.sm90 = 0;
+    bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal fp8ab bf16-sm90pp", 1, 8192, 32, 8, 128, 0, pp);
+    bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8);
+    bench_prefill("extend b8 prefix4K +1K hq32 hkv8 page16 fp8ab bf16-sm90pp", 8, 1024, 32, 8, 128, 4096, pp);
+    bench_prefill_fp8("extend b8 prefix4K +1K hq32 hkv8 page16 fp8ab fp8-sm90", 8, 1024, 32, 8, 128, 4096, f8);
+    bench_prefill_fp8("prefill b1 s16K hq64 hkv8 d128 causal fp8ab fp8-sm90", 1, 16384, 64, 8, 128, 0, f8);
+    bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal page64 fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8, 64);
+    bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal page1 fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8, 1);
+    bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal fp8ab fp8-portable", 1, 8192, 32, 8, 128, 0, port);
+    bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8);
+    bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab bf16-sm90pp", 1, 8192, 32, 8, 128, 0, pp);
   }
   // The ping-pong kernel on the other shapes of ../shared/ANCHORS.md and on d 64, page 64, page 1,
   // and a repeat of the first case for the spread inside the run.

@@ -31,6 +31,7 @@ struct PagedAttentionProblem {
   TensorView cu_seqlens_q;   // [b + 1]
   TensorView out;            // [total_q, h_q, d_v]
   TensorView lse;            // optional [total_q, h_q]
+  TensorView q_descale;      // optional [b, h_kv] (an fp8 q: query = stored * descale)
   TensorView k_descale;      // optional [b, h_kv]
   TensorView v_descale;      // optional [b, h_kv]
   // MLA over an FP8-656 cache ([num_pages, page_size, 1, 656] u8, cache_formats.h): when set, each key is
@@ -94,14 +95,15 @@ void attend_group(const PagedAttentionProblem& p, int64_t req, int64_t row, int6
     return;
   }
 
-  // Queries of the group, parts concatenated: q[h * d_qk + c].
+  // Queries of the group, parts concatenated and dequantized: q[h * d_qk + c].
+  const T q_scale = descale_of<T>(p.q_descale, req, kv_head);
   std::vector<T> q(size_t(group * d_qk));
   for (int64_t h = 0; h < group; ++h) {
     int64_t col = 0;
     for (int i = 0; i < p.num_parts; ++i) {
       const TensorView& qp = p.parts[i].q;
       for (int64_t c = 0; c < qp.size(2); ++c)
-        q[size_t(h * d_qk + col++)] = load_as<T>(qp.data, qp.dtype, offset_of(qp, row, head0 + h, c));
+        q[size_t(h * d_qk + col++)] = q_scale * load_as<T>(qp.data, qp.dtype, offset_of(qp, row, head0 + h, c));
     }
   }
   const T k_scale = descale_of<T>(p.k_descale, req, kv_head), v_scale = descale_of<T>(p.v_descale, req, kv_head);

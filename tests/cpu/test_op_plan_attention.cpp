@@ -189,7 +189,7 @@ TEST(OpPlanAttention, CanImplementNamesWhatIsUnsupported) {
   EXPECT_NE(reason(problem(2, 1, 100, 96)).find("head dims 64, 128, 256; q has 96"), std::string::npos);
   Problem f32 = problem(2, 1, 100);
   f32.dtype = f32.out_dtype = f32.kv_dtype = DType::f32;
-  EXPECT_NE(reason(f32).find("q must be bf16 or f16"), std::string::npos);
+  EXPECT_NE(reason(f32).find("q must be bf16, f16 or fp8_e4m3"), std::string::npos);
   Problem dv = problem(2, 1, 100);
   dv.d_v = 64;
   EXPECT_NE(reason(dv).find("head dims equal"), std::string::npos);

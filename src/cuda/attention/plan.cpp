@@ -8,6 +8,7 @@
 #include "attnserve/error.h"
 #include "cuda/attention/sm80/config.h"
 #include "cuda/attention/sm90/config.h"
+#include "cuda/attention/sm90/fp8_config.h"
 
 namespace attnserve::cuda::attn {
 namespace {
@@ -33,6 +34,13 @@ bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t, i
          p.kv_token_stride * 2 <= INT32_MAX;
 }
 
+// The Hopper FP8 kernel: q, K and V fp8_e4m3 (sm90/fp8_config.h's head dims, d_v = d).
+bool sm90_fp8_supports(const Problem& p, const DeviceCaps& caps, const Targets& t) {
+  return t.sm90a && caps.arch == 90 && p.dtype == DType::fp8_e4m3 && p.kv_dtype == DType::fp8_e4m3 &&
+         attn90::Fp8HeadDims::contains(p.d) && p.d_v == p.d && !p.deterministic &&
+         attn90::fp8_smem_bytes(p.d) <= caps.smem_per_block && p.kv_token_stride <= INT32_MAX;
+}
+
 }  // namespace
 
 const char* kernel_name(Kernel k) {
@@ -42,6 +50,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::sm90_warp_specialized: return "sm90_warp_specialized";
     case Kernel::sm90_ping_pong: return "sm90_ping_pong";
     case Kernel::sm90_ping_pong_eager: return "sm90_ping_pong_eager";
+    case Kernel::sm90_fp8: return "sm90_fp8";
   }
   return "?";
 }
@@ -69,18 +78,22 @@ Problem problem_of(const PagedAttentionArgs& a) {
                  .dtype = a.q.dtype,
                  .out_dtype = a.out.dtype,
                  .kv_dtype = a.k_cache.dtype,
-                 .descale = !a.k_descale.empty_view() || !a.v_descale.empty_view(),
+                 .descale = !a.q_descale.empty_view() || !a.k_descale.empty_view() || !a.v_descale.empty_view(),
                  .deterministic = a.deterministic};
 }
 
 Support can_implement(const Problem& p, const DeviceCaps& caps) {
-  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
-    return unsupported(kOp, ": q must be bf16 or f16 on CUDA, got ", dtype_name(p.dtype));
+  const bool fp8_q = p.dtype == DType::fp8_e4m3;
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16 && !fp8_q)
+    return unsupported(kOp, ": q must be bf16, f16 or fp8_e4m3 on CUDA, got ", dtype_name(p.dtype));
+  if (fp8_q && p.kv_dtype != DType::fp8_e4m3)
+    return unsupported(kOp, ": an fp8_e4m3 q needs an fp8_e4m3 k_cache, got ", dtype_name(p.kv_dtype));
   if (p.kv_dtype != p.dtype && p.kv_dtype != DType::fp8_e4m3)
     return unsupported(kOp, ": k_cache must have q's dtype or fp8_e4m3 on CUDA, got ", dtype_name(p.kv_dtype));
   if (!HeadDims::contains(p.d)) return unsupported(kOp, ": CUDA supports head dims ", HeadDims::str(), "; q has ", p.d);
   if (p.d_v != p.d) return unsupported(kOp, ": CUDA needs k_cache and v_cache head dims equal to q's (", p.d, ")");
-  if (p.out_dtype != p.dtype) return unsupported(kOp, ": out must have q's dtype");
+  if (fp8_q ? (p.out_dtype != DType::bf16 && p.out_dtype != DType::f16) : p.out_dtype != p.dtype)
+    return unsupported(kOp, fp8_q ? ": out must be bf16 or f16 for an fp8_e4m3 q" : ": out must have q's dtype");
   if (p.num_pages * p.page_size >= (int64_t(1) << 31))
     return unsupported(kOp, ": pool too large for 32-bit slot indices");
   if (p.total_q > 0 && p.max_seqlen_q <= 0)
@@ -155,7 +168,16 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   const int variant = tune.sm90 >= attn90::kCoop && tune.sm90 <= attn90::kPingPongEager ? tune.sm90 : attn90::kPingPong;
   const bool want90 =
       tune.sm90 > 0 || (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
-  if (want90 && sm90_supports(p, caps, targets, variant)) {
+  if (want90 && p.dtype == DType::fp8_e4m3) {
+    if (sm90_fp8_supports(p, caps, targets)) {
+      c.kernel = Kernel::sm90_fp8;
+      c.num_splits = 1;
+      c.split_keys = 0;
+      c.m_blocks = ceil_div(rows_max, attn90::kRows);
+      c.smem = attn90::fp8_smem_bytes(d);
+      c.ctas_per_sm = 1;
+    }
+  } else if (want90 && sm90_supports(p, caps, targets, variant)) {
     c.kernel = Kernel(variant);
     c.num_splits = 1;
     c.split_keys = 0;
@@ -169,12 +191,16 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
 
 WorkspaceLayout workspace_layout(const Plan& plan, void* base) {
   WorkspaceLayout l;
-  if (plan.kernel != Kernel::sm80 || plan.num_splits <= 1) return l;
+  const bool widen_q = plan.kernel == Kernel::sm80 && plan.problem.dtype == DType::fp8_e4m3;
+  if (plan.kernel != Kernel::sm80 || (plan.num_splits <= 1 && !widen_q)) return l;
   const std::size_t rows = std::size_t(plan.problem.total_q) * std::size_t(plan.problem.h_q);
   const std::size_t splits = std::size_t(plan.num_splits);
   WorkspaceCarver carve(base);
-  l.part_o = carve.take<float>(splits * rows * std::size_t(plan.problem.d));
-  l.part_lse = carve.take<float>(splits * rows);
+  if (plan.num_splits > 1) {
+    l.part_o = carve.take<float>(splits * rows * std::size_t(plan.problem.d));
+    l.part_lse = carve.take<float>(splits * rows);
+  }
+  if (widen_q) l.q_wide = carve.take<uint16_t>(rows * std::size_t(plan.problem.d));
   l.bytes = carve.bytes();
   return l;
 }

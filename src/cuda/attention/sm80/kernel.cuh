@@ -249,7 +249,8 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   }
   const int lo_max = max(lo0, lo1), hi_min = min(hi0, hi1);
 
-  const float kds = p.k_descale ? p.k_descale[int64_t(r) * p.kds_sb + int64_t(hk) * p.kds_sh] : 1.f;
+  const float kds = (p.k_descale ? p.k_descale[int64_t(r) * p.kds_sb + int64_t(hk) * p.kds_sh] : 1.f) *
+                    (p.q_descale ? p.q_descale[int64_t(r) * p.qds_sb + int64_t(hk) * p.qds_sh] : 1.f);
   const float vds = p.v_descale ? p.v_descale[int64_t(r) * p.vds_sb + int64_t(hk) * p.vds_sh] : 1.f;
   const float s_log2 = p.scale_log2 * kds;  // plain scores
   const float s_cap_in = p.softcap > 0.f ? p.scale_log2 * kds / (p.softcap * 1.4426950408889634f) : 0.f;
