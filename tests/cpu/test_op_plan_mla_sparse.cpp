@@ -212,9 +212,15 @@ TEST(OpPlanSparseMla, HeadBlocksKernelsAndSplits) {
   EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(4096, 16, 2048, false), kH200).num_splits, 1);
   EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(1, 16, 96, true), kH200, {}, kPortableOnly).num_splits,
             1);  // 3 tiles < 4 per split
-  auto det = sparse(1, 16, 2048, true);
-  det.deterministic = true;
-  EXPECT_EQ(cuda::sparse_mla_op::make_plan(det, kH200).num_splits, 1);
+  // Deterministic: a split count that does not depend on the batch. The portable kernel runs unsplit; the
+  // small-head Hopper kernel splits by the top-k length alone (one split per CTA slot of an SM).
+  auto det = sparse(1, 16, 2048, true), det_big = sparse(4096, 16, 2048, true);
+  det.deterministic = det_big.deterministic = true;
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(det, kH200, {}, kPortableOnly).num_splits, 1);
+  const auto small = cuda::sparse_mla_op::make_plan(det, kH200, {}, kWithSm90);
+  EXPECT_EQ(small.kernel, Kernel::sm90_fp8_small);
+  EXPECT_EQ(small.num_splits, cuda::sparse_mla_op::make_plan(det_big, kH200, {}, kWithSm90).num_splits);
+  EXPECT_EQ(small.num_splits, small.ctas_per_sm);
 }
 
 // The Hopper kernel (built and an sm_90 device): the auto choice for head counts that fill its blocks
