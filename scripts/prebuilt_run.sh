@@ -12,8 +12,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?}"
-BIN=${BIN:-bin}
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:$PWD/$BIN"
+BIN=$(cd "${BIN:-bin}" && pwd)
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:$BIN"
 echo "== prebuilt_run $(date -u +%FT%TZ) commit ${ATTNSERVE_COMMIT:-?} $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1)"
 ldd "$BIN/attnserve_gpu_tests" | grep -E "not found" && echo "== missing libraries"
 timeout "${SUITE_TIMEOUT:-60}" "$BIN/attnserve_gpu_tests" --gtest_filter="${GTEST_FILTER:-GpuAttentionSm90.*:GpuAttention.*}" \
