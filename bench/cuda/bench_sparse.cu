@@ -11,6 +11,7 @@
 // "forced" cases override them (sweeps). Times include the split combine.
 //
 // Usage: bench_sparse [--quick] [filter-substring]
+#include <algorithm>
 #include <string>
 
 #include "bench_sparse_util.cuh"
@@ -35,15 +36,32 @@ __global__ void fp8_token_tails(uint8_t* kv, int64_t tokens) {
 
 using Tuning = cuda::sparse_mla_op::SparseMlaTuning;
 
+// The filter argument as alternatives separated by '|', each a name substring, or with a leading '=' the whole name
+// (one device call runs the h_q 16 and 32 cases, ncu exactly one case).
+bool wanted(const std::string& name) {
+  if (g_filter.empty()) return true;
+  std::size_t begin = 0;
+  while (begin <= g_filter.size()) {
+    const std::size_t end = std::min(g_filter.find('|', begin), g_filter.size());
+    const std::string alt = g_filter.substr(begin, end - begin);
+    if (!alt.empty() && (alt[0] == '=' ? name == alt.substr(1) : name.find(alt) != std::string::npos)) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
 void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk, int64_t pool_tokens, bool fp8,
-                double peer_tflops, const std::string& peer, Tuning tune = {}) {
+                double peer_tflops, const std::string& peer, Tuning tune = {}, bool deterministic = false) {
   std::string name = what + " rows " + std::to_string(rows) + " h_q " + std::to_string(h_q) + " topk " +
                      std::to_string(topk) + (fp8 ? " fp8" : " bf16");
   if (tune.num_splits > 0) name += " forced splits " + std::to_string(tune.num_splits);
   if (tune.stages > 0) name += " stages " + std::to_string(tune.stages);
   if (tune.sm90 == 0) name += " portable";
   if (tune.sm90 == 1) name += " hopper";
-  if (!selected(name)) return;
+  if (tune.small == 1) name += " small";
+  if (tune.small == 0) name += " no-small";
+  if (deterministic) name += " deterministic";
+  if (!wanted(name)) return;
   const int64_t row_bytes = fp8 ? 656 : 1152;
   Buffer kv(std::size_t(pool_tokens * row_bytes), Device::cuda());
   if (fp8) {
@@ -67,6 +85,7 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
                   .out = TensorView::contiguous(out.data(), DType::bf16, {rows, h_q, 512}, Device::cuda())};
   a.lse = TensorView::contiguous(lse.data(), DType::f32, {rows, h_q}, Device::cuda());
   a.softmax_scale = 0.1352337f;
+  a.deterministic = deterministic;
   const auto cfg = cuda::sparse_mla_op::select(a, query_device_caps(Device::cuda()), tune);
   Buffer ws(std::max<std::size_t>(cfg.ws_bytes, 16), Device::cuda());
   const double us = median_us(
@@ -123,6 +142,27 @@ int main(int argc, char** argv) try {
   // them as one wave of two CTAs per SM: whether the unsplit HB 16 default should change too.
   bench_case("sparse decode", 256, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads");
   bench_case("sparse decode", 256, 16, 2048, pool, true, 316.0 / 4, "FlashMLA padded to 64 heads", {1, 2});
+  // Small head counts (DeepSeek-V3.2 under 8- / 4-way TP): the small-head FP8 kernel (the default on sm_90)
+  // against the portable kernel and the 64-head Hopper kernel on the same shapes, its deterministic mode
+  // (a split count of top-k alone), ring depths 2 / 3 / 4 (HB 16: 3 and 4 run one CTA per SM), and a few batch sizes.
+  for (int64_t h : {16, 32}) {
+    const double peer = 316.0 * double(h) / 64;
+    bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {.sm90 = 0});
+    bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {.sm90 = 1});
+    bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {}, true);
+    for (int st : {2, 3, 4})
+      bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {.stages = st});
+    for (int64_t rows : {32, 64, 256}) {
+      bench_case("sparse decode", rows, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads");
+      bench_case("sparse decode", rows, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {}, true);
+    }
+  }
+  // Where the small-head kernel's time goes: the same h_q 16 call over pools of 32K tokens (21 MB: L2-resident)
+  // to 4M (2.7 GB). Session 5 found the per-tile time independent of ring depth and HBM load (NOTES.md);
+  // a time independent of the pool too would confirm that the limit is inside the SM.
+  for (int64_t tokens : {int64_t(1) << 15, int64_t(1) << 18, int64_t(1) << 22})
+    bench_case("sparse decode (pool " + std::to_string(tokens >> 10) + "K tokens)", 128, 16, 2048, tokens, true,
+               316.0 / 4, "FlashMLA padded to 64 heads");
   // h_q 128 at 32 rows (64 CTAs of HB 64): splits 1 / 2 / 4.
   for (int s : {1, 2, 4}) bench_case("sparse decode", 32, 128, 2048, pool, true, 277, "FlashMLA", {s, 0});
   return 0;

@@ -1,14 +1,16 @@
 // Tree verify (EAGLE topk > 1) against linear verify with the same query rows, through DenseBackend's
 // forward on CUDA (a benchmark, not a test). Tree: paged attention over the prefix without a mask + the
-// tree part + merge_state; linear: one causal paged attention over prefix + draft tokens. Both read the
-// same K/V (the prefix once per request, and the draft tokens), so the issue's target is tree GB/s >= 90 %
-// of linear GB/s (issue 18). Median of CUDA-event timed runs; K/V far larger than L2.
+// tree part, which merges the prefix state into out (tree_attention's prefix_out / prefix_lse); linear: one causal
+// paged attention over prefix + draft tokens. Both read the same K/V (the prefix once per request, and the draft
+// tokens), so the issue's target is tree GB/s >= 90 % of linear GB/s (issue 18). Median of CUDA-event timed runs; K/V
+// far larger than L2.
 //
 // Usage: bench_tree [--quick] [filter-substring]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -104,7 +106,7 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
   fill_bf16(qv, 3);
 
   // The three parts of a tree verify, timed alone with the tree backend's metadata (the breakdown).
-  double us_prefix = 0, us_part = 0, us_merge = 0;
+  double us_prefix = 0, us_part = 0, us_merge = 0, us_fused = 0, us_fused2 = 0;
   auto parts = [&](const DenseMetadata& m) {
     const int64_t rows = m.num_q_rows;
     Buffer o1(size_t(rows) * h_q * d * 2, Device::cuda()), o2(size_t(rows) * h_q * d * 2, Device::cuda());
@@ -137,6 +139,12 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
                                .max_seqlen_q = m.max_seq_len_q,
                                .softmax_scale = 0.088f};
     us_part = median_us([&] { tree_attention(ta); });
+    TreeAttentionArgs fused = ta;  // the backend's tree part: the merge with the prefix state fused
+    fused.out = ov, fused.lse = {}, fused.prefix_out = v3(o1), fused.prefix_lse = v2(l1);
+    us_fused = median_us([&] { tree_attention(fused); });
+    setenv("ATTNSERVE_TREE_KERNEL", "staged2", 1);  // the opt-in v2 kernel (bench/NOTES.md Session 5)
+    us_fused2 = median_us([&] { tree_attention(fused); });
+    unsetenv("ATTNSERVE_TREE_KERNEL");
     us_merge =
         median_us([&] { merge_state({.v_a = v3(o1), .s_a = v2(l1), .v_b = v3(o2), .s_b = v2(l2), .v_out = ov}); });
   };
@@ -166,8 +174,10 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
   const double bytes = double(bs) * ctx * h_kv * 2 * d * 2 + 2.0 * double(q_rows) * h_q * d * 2;
   std::printf("%-52s tree %8.1f us %6.0f GB/s | linear %8.1f us %6.0f GB/s | tree/linear GB/s %5.1f%%\n", name.c_str(),
               us_tree, bytes / us_tree * 1e-3, us_linear, bytes / us_linear * 1e-3, 100.0 * us_linear / us_tree);
-  std::printf("%-52s   parts: prefix (causal off) %8.1f us, tree_attention %8.1f us, merge_state %8.1f us\n", "",
-              us_prefix, us_part, us_merge);
+  std::printf(
+      "%-52s   parts: prefix (causal off) %8.1f us, tree_attention %8.1f us, merge_state %8.1f us, "
+      "tree_attention + merge fused %8.1f us (staged2 kernel %8.1f us)\n",
+      "", us_prefix, us_part, us_merge, us_fused, us_fused2);
   std::fflush(stdout);
 }
 

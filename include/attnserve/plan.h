@@ -151,9 +151,32 @@ struct SparsePlanConfig {
   SpeculativeConfig spec{};
 };
 
+// Draft trees (spec.topk > 1) in the sparse backend: every query row is its own single-query row with
+// its own page-table row, which lists exactly the keys the row may attend to, in position order
+// (its causal set): the cached prefix, then its path in the tree (root .. itself). The indexer, the
+// top-k and sparse MLA then run as for a chain.
+//   target_verify (rows = bs * draft_token_num, row r * D + t = draft token t): the indexer scores the
+//     request's prefix and ALL its draft tokens in req_to_token's order (real_page_table and
+//     nsa_seqlens_expanded = seq_lens + D, as linear verify's last row); topk_transform then moves
+//     each row's path logits (columns seq + path[d]) to columns seq + d, in place, and takes the
+//     top-k over topk_lengths = seq + depth + 1 columns, made slots through page_table_1 (the row's
+//     causal set). nsa_cache_seqlens = min(topk_lengths, topk).
+//   draft_decode (rows = bs * topk, row r * topk + b = branch b): each row is a chain draft-decode row
+//     of its branch (prefix + branch b's tokens of steps 0 .. step_id, slots from draft_slots
+//     [bs, topk, num_steps], which must be page aligned as for chains); no logits move.
+struct SparseDraftTreeMetadata {
+  bool enabled = false;
+  int path_width = 0;       // target_verify: draft_token_num (path columns); draft_decode: 0 (no path)
+  TensorView path;          // target_verify: [rows, path_width] i32 draft token at depth d of the row's path
+                            //   (its root first, the row's own token last), -1 past the row's depth
+  TensorView topk_lengths;  // [rows] i32 keys of the row's causal set: seq + depth + 1 (draft_decode:
+                            //   seq + step_id + 1); 0 for padding rows
+  TensorView positions;     // [rows] i32 absolute positions of the query rows (seq + depth, seq + step_id)
+};
+
 // Query rows ("rows"): decode, draft_decode: one per request; extend, draft_extend: the new tokens,
 // request-major; target_verify: one per draft token (bs * draft_token_num), each its own
-// single-query row with its own copy of the request's page-table row.
+// single-query row with its own copy of the request's page-table row. Draft trees: see above.
 struct SparseMetadata {
   ForwardMode mode = ForwardMode::idle;
   int batch_size = 0;
@@ -176,6 +199,7 @@ struct SparseMetadata {
   std::vector<int32_t> nsa_extend_seq_lens_list;  // host: query rows of each page-table row
                                                   // (replay rewrites it; a captured kernel must read cu_seqlens_q)
   int nsa_max_seqlen_q = 1;
+  SparseDraftTreeMetadata tree;  // spec.topk > 1, target_verify / draft_decode
   // Captured metadata: as DenseMetadata. Rows past the live rows (padding requests, draft_extend
   // rows past the accepted tokens) have expanded = nsa_cache_seqlens = 0.
   bool captured = false;

@@ -247,8 +247,10 @@ def _sparse_config(*, num_q_heads, kv_cache_format="bf16", index_topk=2048, inde
                    softmax_scale=0.0, softcap=0.0, page_size=64, deterministic=False,
                    nsa_prefill_backend="automatic", nsa_decode_backend="automatic", fuse_topk=True,
                    speculative_num_draft_tokens=0, speculative_num_steps=0, step_id=0, max_bs, max_num_tokens,
-                   max_context_len, req_to_token, token_to_kv_pool, num_layers=None, device=None):
+                   max_context_len, req_to_token, token_to_kv_pool, num_layers=None, device=None,
+                   speculative_eagle_topk=1):
     cfg = _attnserve.SparseBackendConfig()
+    cfg.topk = int(speculative_eagle_topk or 1)  # > 1: draft trees (docs/backends.md)
     cfg.num_q_heads = num_q_heads
     if isinstance(kv_cache_format, str):
         kv_cache_format = getattr(MlaCacheFormat, kv_cache_format)

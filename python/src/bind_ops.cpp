@@ -34,8 +34,8 @@ void bind_ops(nb::module_& m) {
       [](RoArray q, RoArray k_cache, RoArray v_cache, RoArray page_table, RoArray cache_seqlens, RoArray cu_seqlens_q,
          Array out, float softmax_scale, OptArray lse, OptRoArray k_descale, OptRoArray v_descale, int max_seqlen_q,
          bool causal, int window_left, int window_right, float softcap, bool deterministic, OptArray workspace,
-         uintptr_t stream, bool query_workspace) -> nb::object {
-        PagedAttentionArgs a{.q = to_view(q),
+         uintptr_t stream, bool query_workspace, OptRoArray q_descale) -> nb::object {
+        PagedAttentionArgs a{.q = fp8_if_u8(q),
                              .k_cache = fp8_if_u8(k_cache),
                              .v_cache = fp8_if_u8(v_cache),
                              .page_table = to_view(page_table),
@@ -43,6 +43,7 @@ void bind_ops(nb::module_& m) {
                              .cu_seqlens_q = to_view(cu_seqlens_q),
                              .out = to_view(out),
                              .lse = to_view(lse),
+                             .q_descale = to_view(q_descale),
                              .k_descale = to_view(k_descale),
                              .v_descale = to_view(v_descale),
                              .max_seqlen_q = max_seqlen_q,
@@ -60,13 +61,14 @@ void bind_ops(nb::module_& m) {
       arg("out"), nb::kw_only(), arg("softmax_scale"), arg("lse") = nb::none(), arg("k_descale") = nb::none(),
       arg("v_descale") = nb::none(), arg("max_seqlen_q") = 0, arg("causal") = true, arg("window_left") = -1,
       arg("window_right") = -1, arg("softcap") = 0.f, arg("deterministic") = false, arg("workspace") = nb::none(),
-      arg("stream") = 0, arg("query_workspace") = false,
+      arg("stream") = 0, arg("query_workspace") = false, arg("q_descale") = nb::none(),
       "Paged attention with varlen queries (GQA/MQA, causal bottom-right, window, softcap, fp8 KV, LSE).\n\n"
-      "q [total_q, h_q, d] bf16 | f16 (f32 on the CPU); k_cache [num_pages, page_size, h_kv, d] and\n"
+      "q [total_q, h_q, d] bf16 | f16 | fp8 e4m3 (f32 on the CPU; fp8 needs fp8 caches and out bf16 | f16);\n"
+      "k_cache [num_pages, page_size, h_kv, d] and\n"
       "v_cache [num_pages, page_size, h_kv, d_v]: q's dtype or fp8 e4m3 (ml_dtypes.float8_e4m3fn or uint8);\n"
       "page_table [b, max_pages] i32; cache_seqlens [b] i32; cu_seqlens_q [b + 1] i32;\n"
       "out [total_q, h_q, d_v] q's dtype (written); lse [total_q, h_q] f32 (written, optional);\n"
-      "k_descale / v_descale [b, h_kv] f32 (fp8 caches). Returns None (the workspace bytes with\n"
+      "q_descale / k_descale / v_descale [b, h_kv] f32 (fp8 q / caches). Returns None (the workspace bytes with\n"
       "query_workspace=True).");
 
   m.def(
@@ -100,7 +102,8 @@ void bind_ops(nb::module_& m) {
       arg("deterministic") = false, arg("workspace") = nb::none(), arg("stream") = 0, arg("query_workspace") = false,
       "MLA attention, absorbed form (score = q_nope.c_kv + q_rope.k_rope, value = c_kv).\n\n"
       "q_nope [total_q, h_q, d_v] bf16 (f32 on the CPU); q_rope [total_q, h_q, d_rope];\n"
-      "kv_cache [num_pages, page_size, 1, d_v + d_rope] q's dtype; page_table [b, max_pages] i32;\n"
+      "kv_cache [num_pages, page_size, 1, d_v + d_rope] q's dtype, or [num_pages, page_size, 1, 656] uint8\n"
+      "(FP8-656, as MlaKvPool(fp8_656) stores it; d_v 512, d_rope 64); page_table [b, max_pages] i32;\n"
       "cache_seqlens [b] i32; cu_seqlens_q [b + 1] i32; out [total_q, h_q, d_v] (written);\n"
       "lse [total_q, h_q] f32 (written, optional).");
 

@@ -77,6 +77,10 @@ nb::dict copied_metadata(const SparseMetadata& md, Stream stream) {
   return copied(md, stream, [](SparseMetadata& m, CopyAll& c) {
     c(m.cache_seqlens_int32), c(m.cu_seqlens_q), c(m.cu_seqlens_k), c(m.page_table_1), c(m.real_page_table);
     c(m.nsa_seqlens_expanded), c(m.nsa_cache_seqlens_int32), c(m.nsa_cu_seqlens_q), c(m.nsa_cu_seqlens_k);
+    if (m.tree.enabled) {
+      if (m.tree.path_width > 0) c(m.tree.path);
+      c(m.tree.topk_lengths), c(m.tree.positions);
+    }
   });
 }
 
@@ -145,6 +149,17 @@ nb::dict metadata_dict(const SparseMetadata& m, nb::handle owner) {
   d["nsa_extend_seq_lens_list"] = m.nsa_extend_seq_lens_list;
   d["nsa_max_seqlen_q"] = m.nsa_max_seqlen_q;
   d["captured"] = m.captured;
+  if (m.tree.enabled) {  // draft trees (spec.topk > 1): each row's causal set (plan.h SparseDraftTreeMetadata)
+    nb::dict td;
+    td["path_width"] = m.tree.path_width;
+    if (m.tree.path_width > 0) td["path"] = to_python(m.tree.path, owner);
+    else td["path"] = nb::none();
+    td["topk_lengths"] = to_python(m.tree.topk_lengths, owner);
+    td["positions"] = to_python(m.tree.positions, owner);
+    d["tree"] = td;
+  } else {
+    d["tree"] = nb::none();
+  }
   return d;
 }
 

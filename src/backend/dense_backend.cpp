@@ -23,9 +23,9 @@ struct DenseBackend::Impl {
   BatchPlans eager_plans;
   std::map<std::pair<int, ForwardMode>, BatchPlans> graph_plans;  // (bs, mode) -> made at capture
   int graph_max_bs = 0;                                           // 0 until init_cuda_graph_state
-  // Draft trees (spec.topk > 1): the two parts' states, [max_num_tokens, h_q, v_head_dim] each (4 bytes
-  // an element: f32 activations on the CPU) and their LSEs [max_num_tokens, h_q] f32.
-  Buffer tree_states, tree_lses;
+  // Draft trees (spec.topk > 1): the prefix part's LSE [max_num_tokens, h_q] f32 (its output goes to
+  // `out`, which tree_attention then merges with the tree part in place).
+  Buffer tree_lses;
 
   Impl(const DenseBackendConfig& c, std::shared_ptr<SharedWorkspace> w, Stream stream)
       : cfg(checked_dense_config(c, w->caps())),
@@ -38,8 +38,7 @@ struct DenseBackend::Impl {
       ATTNSERVE_CHECK(cfg.kv_dtype != DType::fp8_e4m3, "DenseBackend: draft trees (spec.topk = ", cfg.spec.topk,
                       ") need a bf16 | f16 cache (the tree part reads no fp8 yet)");
       const std::size_t elems = std::size_t(cfg.capacity.max_num_tokens) * std::size_t(cfg.num_q_heads);
-      tree_states = Buffer(2 * elems * std::size_t(cfg.v_head_dim) * sizeof(float), cfg.device);
-      tree_lses = Buffer(2 * elems * sizeof(float), cfg.device);
+      tree_lses = Buffer(elems * sizeof(float), cfg.device);
     }
   }
   // The batch's metadata and plans become current; the workspace grows to what they need.
@@ -74,14 +73,8 @@ void DenseBackend::Impl::run_tree(const char* who, const TensorView& q, const Te
   const bool mla = cfg.arch == AttentionArch::mla;
   const TensorView& q_rows = mla ? q_nope : q;
   const int64_t rows = m.num_q_rows, h = cfg.num_q_heads, dv = cfg.v_head_dim, P = cfg.page_size;
-  const DType act = q_rows.dtype;
-  char* states = static_cast<char*>(tree_states.data());
-  const std::size_t part = std::size_t(rows * h * dv) * dtype_size(act);
-  const TensorView o_prefix = TensorView::contiguous(states, act, {rows, h, dv}, cfg.device);
-  const TensorView o_tree = TensorView::contiguous(states + part, act, {rows, h, dv}, cfg.device);
-  float* lses = static_cast<float*>(tree_lses.data());
-  const TensorView lse_prefix = TensorView::contiguous(lses, DType::f32, {rows, h}, cfg.device);
-  const TensorView lse_tree = TensorView::contiguous(lses + rows * h, DType::f32, {rows, h}, cfg.device);
+  const TensorView o_prefix = out;  // the prefix part's output, merged in place by tree_attention
+  const TensorView lse_prefix = TensorView::contiguous(tree_lses.data(), DType::f32, {rows, h}, cfg.device);
 
   // Prefix: every row of a request sees its whole cached prefix (causal off).
   if (!mla) {
@@ -126,14 +119,14 @@ void DenseBackend::Impl::run_tree(const char* who, const TensorView& q, const Te
                   .num_keys = t.num_keys,
                   .cu_seqlens_q = m.cu_seqlens_q,
                   .mask = t.mask,
-                  .out = o_tree,
-                  .lse = lse_tree,
+                  .out = out,
                   .q_rope = mla ? q_rope : TensorView{},
+                  .prefix_out = o_prefix,
+                  .prefix_lse = lse_prefix,
                   .max_seqlen_q = m.max_seq_len_q,
                   .softmax_scale = L.scale,
                   .softcap = L.softcap},
                  stream);
-  merge_state({.v_a = o_prefix, .s_a = lse_prefix, .v_b = o_tree, .s_b = lse_tree, .v_out = out}, stream);
 }
 
 void DenseBackend::Impl::store(const char* who, const ForwardArgs& a, const LayerSpec& layer, const KvLayerBuffers& kv,

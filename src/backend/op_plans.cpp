@@ -194,6 +194,8 @@ std::size_t sparse_workspace_for_capacity(const SparseBackendConfig& c, const De
                                           int max_bs) {
   if (c.device.is_cpu()) return 0;
   const int64_t T = c.capacity.max_num_tokens;
+  // Decode calls have one row per request, or per branch with draft trees (draft decode, topk rows).
+  const int64_t decode_rows = int64_t(max_bs) * std::max(1, c.spec.topk);
   std::size_t need = 0;
   auto add = [&](NsaImpl impl, int64_t rows) {
     BatchPlans p;
@@ -201,11 +203,11 @@ std::size_t sparse_workspace_for_capacity(const SparseBackendConfig& c, const De
     need = std::max(need, p.workspace_bytes());
   };
   for (int64_t rows = 1; rows <= std::min<int64_t>(T, 2 * int64_t(caps.num_sms)); ++rows) {
-    if (rows <= max_bs) add(impls.decode, rows);
+    if (rows <= decode_rows) add(impls.decode, rows);
     add(impls.prefill, rows);
   }
   add(impls.prefill, T);
-  add(impls.decode, std::min<int64_t>(T, max_bs));
+  add(impls.decode, std::min<int64_t>(T, decode_rows));
   // Top-k over [rows, max_context_len] logits (its kernels keep everything in shared memory today).
   const cuda::topk_op::Problem topk{.rows = T, .width = c.capacity.max_context_len, .k = c.index_topk};
   return std::max(need, cuda::topk_op::workspace_size(cuda::topk_op::make_plan(topk, caps)));

@@ -9,6 +9,7 @@
 #include "backend/config_check.h"
 #include "backend/op_plans.h"
 #include "ops/planned_ops.h"
+#include "plan/plan_device.h"
 
 namespace attnserve {
 
@@ -83,8 +84,33 @@ struct SparseBackend::Impl {
   int num_layers() const { return int(cfg.kv_buffers.size()); }
 
   TensorView topk_transform(const TensorView& logits, int topk, const TensorView& row_starts, Stream stream);
+  void move_tree_logits(const char* who, const SparseMetadata& m, const TensorView& logits,
+                        const TensorView& row_starts, Stream stream);
   TensorView run(const ForwardArgs& a, const LayerSpec& layer, bool decode_call, Stream stream);
 };
+
+// Draft-tree verify: each row's logits at its path's columns (seq + path[d], the draft tokens in
+// req_to_token's order, as the indexer scored them) move to columns seq + d, where page_table_1 holds
+// the path's slots; in place, before the top-k (plan.h SparseDraftTreeMetadata).
+void SparseBackend::Impl::move_tree_logits(const char* who, const SparseMetadata& m, const TensorView& logits,
+                                           const TensorView& row_starts, Stream stream) {
+  ATTNSERVE_CHECK(logits.size(1) <= 1 || logits.stride(1) == 1, who,
+                  ": argument 'logits' must have contiguous rows (stride ", logits.stride(1),
+                  ") with draft trees: topk_transform moves each row's path logits in place");
+  check_output(who, "logits", logits);
+  if (!m.captured && row_starts.empty_view())
+    ATTNSERVE_CHECK(logits.size(1) >= m.max_seq_len_k, who, ": argument 'logits' has ", logits.size(1),
+                    " columns, the draft-tree rows score ", m.max_seq_len_k, " keys (prefix + every draft token)");
+  if (!row_starts.empty_view()) check_tensor(who, "row_starts", row_starts, {DType::i32}, {m.num_rows});
+  plan_detail::run_tree_logits({.logits = static_cast<float*>(logits.data),
+                                .logits_stride = logits.stride(0),
+                                .row_starts = row_starts.empty_view() ? nullptr : row_starts.ptr<int32_t>(),
+                                .path = m.tree.path.ptr<int32_t>(),
+                                .path_width = m.tree.path_width,
+                                .topk_lengths = m.tree.topk_lengths.ptr<int32_t>(),
+                                .rows = m.num_rows},
+                               cfg.device, stream);
+}
 
 TensorView SparseBackend::Impl::topk_transform(const TensorView& logits, int topk, const TensorView& row_starts,
                                                Stream stream) {
@@ -95,7 +121,11 @@ TensorView SparseBackend::Impl::topk_transform(const TensorView& logits, int top
   const int64_t rows = m.num_rows;
   check_tensor(who, "logits", logits, {DType::f32}, {rows, -1});
   const TensorView out = indices(topk_buf, rows);
-  TopkArgs a{.scores = logits, .lengths = m.nsa_seqlens_expanded, .out = out, .topk = topk, .row_starts = row_starts};
+  if (m.tree.path_width > 0) move_tree_logits(who, m, logits, row_starts, stream);
+  // Draft trees: the top-k chooses among each row's causal set (its prefix and path), not the
+  // indexer's whole row.
+  const TensorView lengths = m.tree.enabled ? m.tree.topk_lengths : m.nsa_seqlens_expanded;
+  TopkArgs a{.scores = logits, .lengths = lengths, .out = out, .topk = topk, .row_starts = row_starts};
   // The fused transforms: per-row tables (decode-like modes) or rows mapped to requests through
   // cu_seqlens_q. A captured draft_extend has rows past the accepted tokens, which the fused prefill
   // transform does not take: top-k positions first, then the graph-safe index transform.

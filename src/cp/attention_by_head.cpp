@@ -50,6 +50,7 @@ PagedAttentionArgs paged_slice(const PagedAttentionArgs& a, int W, int j) {
   s.q = head_slice(a.q, 1, hq, j);
   s.k_cache = head_slice(a.k_cache, 2, hkv, j);
   s.v_cache = head_slice(a.v_cache, 2, hkv, j);
+  s.q_descale = head_slice(a.q_descale, 1, hkv, j);
   s.k_descale = head_slice(a.k_descale, 1, hkv, j);
   s.v_descale = head_slice(a.v_descale, 1, hkv, j);
   return s;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "attnserve/cache_formats.h"
 #include "attnserve/ops/attention.h"
 #include "cpu/attention_io.h"
 #include "cpu/parallel.h"
@@ -30,8 +31,12 @@ struct PagedAttentionProblem {
   TensorView cu_seqlens_q;   // [b + 1]
   TensorView out;            // [total_q, h_q, d_v]
   TensorView lse;            // optional [total_q, h_q]
+  TensorView q_descale;      // optional [b, h_kv] (an fp8 q: query = stored * descale)
   TensorView k_descale;      // optional [b, h_kv]
   TensorView v_descale;      // optional [b, h_kv]
+  // MLA over an FP8-656 cache ([num_pages, page_size, 1, 656] u8, cache_formats.h): when set, each key is
+  // the dequantized token (576 values: the parts' key views are unused) and its value the first d_v of them.
+  TensorView fp8_mla_kv;
   float softmax_scale = 0.f;
   bool causal = true;
   int window_left = -1;
@@ -56,6 +61,11 @@ inline KeyRange visible_keys(int64_t pos, int64_t k_len, bool causal, int window
 namespace attention_detail {
 
 constexpr int64_t kKeyBlock = 64;  // keys scored per online-softmax step (bounds scratch memory)
+
+// The 656 bytes of token (page, slot) of an FP8-656 MLA cache.
+inline const uint8_t* fp8_token(const PagedAttentionProblem& p, int64_t page, int64_t slot) {
+  return static_cast<const uint8_t*>(p.fp8_mla_kv.data) + offset_of(p.fp8_mla_kv, page, slot, 0, 0);
+}
 
 // Dequantization factor of an fp8 cache for (request, kv head): stored = value / factor; 1 if absent.
 template <typename T>
@@ -85,14 +95,15 @@ void attend_group(const PagedAttentionProblem& p, int64_t req, int64_t row, int6
     return;
   }
 
-  // Queries of the group, parts concatenated: q[h * d_qk + c].
+  // Queries of the group, parts concatenated and dequantized: q[h * d_qk + c].
+  const T q_scale = descale_of<T>(p.q_descale, req, kv_head);
   std::vector<T> q(size_t(group * d_qk));
   for (int64_t h = 0; h < group; ++h) {
     int64_t col = 0;
     for (int i = 0; i < p.num_parts; ++i) {
       const TensorView& qp = p.parts[i].q;
       for (int64_t c = 0; c < qp.size(2); ++c)
-        q[size_t(h * d_qk + col++)] = load_as<T>(qp.data, qp.dtype, offset_of(qp, row, head0 + h, c));
+        q[size_t(h * d_qk + col++)] = q_scale * load_as<T>(qp.data, qp.dtype, offset_of(qp, row, head0 + h, c));
     }
   }
   const T k_scale = descale_of<T>(p.k_descale, req, kv_head), v_scale = descale_of<T>(p.v_descale, req, kv_head);
@@ -103,6 +114,8 @@ void attend_group(const PagedAttentionProblem& p, int64_t req, int64_t row, int6
   std::vector<T> prob(size_t(group * kKeyBlock));  // scores, then exp(score - running max)
   std::vector<T> acc(size_t(group * d_v), T(0)), run_max(size_t(group), neg_inf), run_sum(size_t(group), T(0));
   std::vector<int64_t> page(kKeyBlock), slot(kKeyBlock);
+  const bool fp8 = !p.fp8_mla_kv.empty_view();
+  std::vector<float> token(fp8 ? Fp8MlaLayout::kNope + Fp8MlaLayout::kRope : 0);  // one dequantized FP8-656 token
 
   for (int64_t j0 = keys.lo; j0 < keys.hi; j0 += kKeyBlock) {
     const int64_t n = std::min(kKeyBlock, keys.hi - j0);
@@ -110,11 +123,16 @@ void attend_group(const PagedAttentionProblem& p, int64_t req, int64_t row, int6
       const int64_t j = j0 + jj;
       page[jj] = load_index_at(p.page_table, req, j / page_size);
       slot[jj] = j % page_size;
-      int64_t col = 0;
-      for (int i = 0; i < p.num_parts; ++i) {
-        const TensorView& kp = p.parts[i].k;
-        for (int64_t c = 0; c < kp.size(3); ++c)
-          key[size_t(col++)] = k_scale * load_as<T>(kp.data, kp.dtype, offset_of(kp, page[jj], slot[jj], kv_head, c));
+      if (fp8) {
+        decode_fp8_mla_token(fp8_token(p, page[jj], slot[jj]), token.data());
+        for (int64_t c = 0; c < d_qk; ++c) key[size_t(c)] = T(token[size_t(c)]);
+      } else {
+        int64_t col = 0;
+        for (int i = 0; i < p.num_parts; ++i) {
+          const TensorView& kp = p.parts[i].k;
+          for (int64_t c = 0; c < kp.size(3); ++c)
+            key[size_t(col++)] = k_scale * load_as<T>(kp.data, kp.dtype, offset_of(kp, page[jj], slot[jj], kv_head, c));
+        }
       }
       for (int64_t h = 0; h < group; ++h) {
         T dot = 0;
@@ -139,8 +157,13 @@ void attend_group(const PagedAttentionProblem& p, int64_t req, int64_t row, int6
       run_max[size_t(h)] = new_max;
     }
     for (int64_t jj = 0; jj < n; ++jj) {
-      for (int64_t c = 0; c < d_v; ++c)
-        value[size_t(c)] = v_scale * load_as<T>(p.v.data, p.v.dtype, offset_of(p.v, page[jj], slot[jj], kv_head, c));
+      if (fp8) {
+        decode_fp8_mla_token(fp8_token(p, page[jj], slot[jj]), token.data());
+        for (int64_t c = 0; c < d_v; ++c) value[size_t(c)] = T(token[size_t(c)]);
+      } else {
+        for (int64_t c = 0; c < d_v; ++c)
+          value[size_t(c)] = v_scale * load_as<T>(p.v.data, p.v.dtype, offset_of(p.v, page[jj], slot[jj], kv_head, c));
+      }
       for (int64_t h = 0; h < group; ++h) {
         const T w = prob[size_t(h * kKeyBlock + jj)];
         T* a = &acc[size_t(h * d_v)];

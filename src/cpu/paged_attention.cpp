@@ -14,6 +14,7 @@ void paged_attention(const PagedAttentionArgs& a, bool fp64) {
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.out = a.out;
   p.lse = a.lse;
+  p.q_descale = a.q_descale;
   p.k_descale = a.k_descale;
   p.v_descale = a.v_descale;
   p.softmax_scale = a.softmax_scale;

@@ -78,11 +78,22 @@ void tree_attention(const TreeAttentionArgs& a) {
                 w * load_as<double>(a.v_cache.data, a.v_cache.dtype, offset_of(a.v_cache, slot, hk, c));
         }
       }
+      double lse = total > 0 ? m + std::log(total) : neg_inf;
+      for (int64_t c = 0; c < d_v; ++c) acc[std::size_t(c)] = total > 0 ? acc[std::size_t(c)] / total : 0.0;
+      if (!a.prefix_out.empty_view()) {  // merge with the prefix part's state (merge_state's rule)
+        const double lp = load_as<double>(a.prefix_lse.data, a.prefix_lse.dtype, offset_of(a.prefix_lse, row, h));
+        const double la = std::isfinite(lp) ? lp : neg_inf;
+        const double mm = std::max(la, lse);
+        const double wp = mm == neg_inf ? 0.0 : std::exp(la - mm), wt = mm == neg_inf ? 0.0 : std::exp(lse - mm);
+        for (int64_t c = 0; c < d_v; ++c) {
+          const double vp = load_as<double>(a.prefix_out.data, a.prefix_out.dtype, offset_of(a.prefix_out, row, h, c));
+          acc[std::size_t(c)] = wp + wt > 0 ? (wp * vp + wt * acc[std::size_t(c)]) / (wp + wt) : 0.0;
+        }
+        lse = wp + wt > 0 ? mm + std::log(wp + wt) : neg_inf;
+      }
       for (int64_t c = 0; c < d_v; ++c)
-        store_as<double>(a.out.data, a.out.dtype, offset_of(a.out, row, h, c),
-                         total > 0 ? acc[std::size_t(c)] / total : 0.0);
-      if (!a.lse.empty_view())
-        store_as<double>(a.lse.data, a.lse.dtype, offset_of(a.lse, row, h), total > 0 ? m + std::log(total) : neg_inf);
+        store_as<double>(a.out.data, a.out.dtype, offset_of(a.out, row, h, c), acc[std::size_t(c)]);
+      if (!a.lse.empty_view()) store_as<double>(a.lse.data, a.lse.dtype, offset_of(a.lse, row, h), lse);
     });
   }
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "attnserve/cache_formats.h"
+
 #include "cpu/cpu_ops.h"
 #include "cpu/load.h"
 #include "cuda/cuda_ops.h"
@@ -94,9 +96,17 @@ void check_max_seqlen_for_cuda(std::string_view op, Device device, int64_t total
 
 void validate(const PagedAttentionArgs& a) {
   const Device device = a.q.device;
-  check_activation(kPaged, "q", a.q, device, {-1, -1, -1});
+  // fp8 q (FlashAttention-3's FP8 contract): fp8 cache, out bf16 | f16 (f32 too on the CPU).
+  const bool fp8_q = a.q.dtype == DType::fp8_e4m3;
+  if (fp8_q) {
+    check_tensor(kPaged, "q", a.q, {DType::fp8_e4m3}, {-1, -1, -1});
+    check_last_dim_contiguous(kPaged, "q", a.q);
+  } else {
+    check_activation(kPaged, "q", a.q, device, {-1, -1, -1});
+  }
   const int64_t total_q = a.q.size(0), h_q = a.q.size(1), d = a.q.size(2);
-  check_tensor(kPaged, "k_cache", a.k_cache, {a.q.dtype, DType::fp8_e4m3}, {-1, -1, -1, d});
+  if (fp8_q) check_tensor(kPaged, "k_cache", a.k_cache, {DType::fp8_e4m3}, {-1, -1, -1, d});
+  else check_tensor(kPaged, "k_cache", a.k_cache, {a.q.dtype, DType::fp8_e4m3}, {-1, -1, -1, d});
   const int64_t num_pages = a.k_cache.size(0), page_size = a.k_cache.size(1), h_kv = a.k_cache.size(2);
   ATTNSERVE_CHECK(page_size >= 1, kPaged, ": argument 'k_cache' has page_size ", page_size, ", expected >= 1");
   ATTNSERVE_CHECK(h_kv >= 1 && h_q % h_kv == 0, kPaged, ": heads of 'q' (h_q = ", h_q,
@@ -105,7 +115,7 @@ void validate(const PagedAttentionArgs& a) {
   const int64_t d_v = a.v_cache.size(3);
   check_activation(kPaged, "out", a.out, device, {total_q, h_q, d_v});
   check_output(kPaged, "out", a.out);
-  ATTNSERVE_CHECK(a.out.dtype == a.q.dtype, kPaged, ": argument 'out' has dtype ", dtype_name(a.out.dtype),
+  ATTNSERVE_CHECK(fp8_q || a.out.dtype == a.q.dtype, kPaged, ": argument 'out' has dtype ", dtype_name(a.out.dtype),
                   ", expected q's dtype ", dtype_name(a.q.dtype));
   check_last_dim_contiguous(kPaged, "k_cache", a.k_cache);
   check_last_dim_contiguous(kPaged, "v_cache", a.v_cache);
@@ -113,6 +123,9 @@ void validate(const PagedAttentionArgs& a) {
   const int64_t b = a.page_table.size(0);
   check_optional_tensor(kPaged, "lse", a.lse, {DType::f32}, {total_q, h_q});
   check_output(kPaged, "lse", a.lse);
+  check_optional_tensor(kPaged, "q_descale", a.q_descale, {DType::f32}, {b, h_kv});
+  ATTNSERVE_CHECK(fp8_q || a.q_descale.empty_view(), kPaged, ": argument 'q_descale' is given but 'q' is ",
+                  dtype_name(a.q.dtype), " (q_descale applies to an fp8_e4m3 q)");
   check_optional_tensor(kPaged, "k_descale", a.k_descale, {DType::f32}, {b, h_kv});
   check_optional_tensor(kPaged, "v_descale", a.v_descale, {DType::f32}, {b, h_kv});
   const bool fp8 = a.k_cache.dtype == DType::fp8_e4m3;
@@ -122,7 +135,7 @@ void validate(const PagedAttentionArgs& a) {
                   dtype_name(a.v_cache.dtype), " (descales apply to an fp8_e4m3 cache)");
   check_attention_options(kPaged, a.softmax_scale, a.window_left, a.window_right, a.softcap, a.max_seqlen_q);
   check_same_device(kPaged, {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.cache_seqlens, &a.cu_seqlens_q, &a.out,
-                             &a.lse, &a.k_descale, &a.v_descale});
+                             &a.lse, &a.q_descale, &a.k_descale, &a.v_descale});
   check_max_seqlen_for_cuda(kPaged, device, total_q, a.max_seqlen_q);
   if (device.is_cpu()) {
     check_index_values(kPaged, a.page_table, a.cache_seqlens, a.cu_seqlens_q, total_q, num_pages, page_size,
@@ -138,7 +151,14 @@ void validate(const MlaAttentionArgs& a) {
   ATTNSERVE_CHECK(a.q_rope.dtype == a.q_nope.dtype, kMla, ": argument 'q_rope' has dtype ", dtype_name(a.q_rope.dtype),
                   ", expected q_nope's dtype ", dtype_name(a.q_nope.dtype));
   const int64_t d_rope = a.q_rope.size(2);
-  check_tensor(kMla, "kv_cache", a.kv_cache, {a.q_nope.dtype}, {-1, -1, 1, d_v + d_rope});
+  if (a.kv_cache.dtype == DType::u8) {  // FP8-656: 512 latent + 64 rope values in 656 bytes
+    ATTNSERVE_CHECK(d_v == Fp8MlaLayout::kNope && d_rope == Fp8MlaLayout::kRope, kMla,
+                    ": an FP8-656 kv_cache (u8) needs d_v ", Fp8MlaLayout::kNope, " and d_rope ", Fp8MlaLayout::kRope,
+                    ", got d_v ", d_v, " and d_rope ", d_rope);
+    check_tensor(kMla, "kv_cache", a.kv_cache, {DType::u8}, {-1, -1, 1, int64_t(Fp8MlaLayout::kBytes)});
+  } else {
+    check_tensor(kMla, "kv_cache", a.kv_cache, {a.q_nope.dtype, DType::u8}, {-1, -1, 1, d_v + d_rope});
+  }
   check_last_dim_contiguous(kMla, "kv_cache", a.kv_cache);
   const int64_t num_pages = a.kv_cache.size(0), page_size = a.kv_cache.size(1);
   ATTNSERVE_CHECK(page_size >= 1, kMla, ": argument 'kv_cache' has page_size ", page_size, ", expected >= 1");

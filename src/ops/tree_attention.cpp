@@ -36,6 +36,15 @@ void tree_attention(const TreeAttentionArgs& a, Stream stream) {
   check_output(op, "out", a.out);
   check_optional_tensor(op, "lse", a.lse, {DType::f32}, {total_q, h_q});
   check_output(op, "lse", a.lse);
+  ATTNSERVE_CHECK(a.prefix_out.empty_view() == a.prefix_lse.empty_view(), op,
+                  ": arguments 'prefix_out' and 'prefix_lse' come together (the prefix part's state)");
+  check_optional_tensor(op, "prefix_out", a.prefix_out, {a.q.dtype}, {total_q, h_q, d_v});
+  check_optional_tensor(op, "prefix_lse", a.prefix_lse, {DType::f32}, {total_q, h_q});
+  if (!a.prefix_out.empty_view()) {
+    check_last_dim_contiguous(op, "prefix_out", a.prefix_out);
+    ATTNSERVE_CHECK(a.prefix_out.data != a.out.data || a.prefix_out.strides == a.out.strides, op,
+                    ": 'prefix_out' is 'out' with other strides (in place needs the same view)");
+  }
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"q", &a.q},
                                 {"k_cache", &a.k_cache},
                                 {"v_cache", &a.v_cache},
@@ -47,7 +56,7 @@ void tree_attention(const TreeAttentionArgs& a, Stream stream) {
     check_last_dim_contiguous(op, name, *t);
   if (!a.q_rope.empty_view()) check_last_dim_contiguous(op, "q_rope", a.q_rope);
   check_same_device(op, {&a.q, &a.k_cache, &a.v_cache, &a.key_slots, &a.num_keys, &a.cu_seqlens_q, &a.mask, &a.out,
-                         &a.lse, &a.q_rope});
+                         &a.lse, &a.q_rope, &a.prefix_out, &a.prefix_lse});
   ATTNSERVE_CHECK(std::isfinite(a.softmax_scale) && a.softmax_scale > 0.f, op,
                   ": argument 'softmax_scale' must be finite and > 0, got ", a.softmax_scale);
   ATTNSERVE_CHECK(std::isfinite(a.softcap) && a.softcap >= 0.f, op,

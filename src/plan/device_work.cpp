@@ -17,6 +17,12 @@ void run_expand_rows(const ExpandRowsArgs& a, Device device, Stream stream) {
   else plan_cuda::expand_rows(a, stream);
 }
 
+void run_tree_logits(const TreeLogitsArgs& a, Device device, Stream stream) {
+  if (a.rows == 0 || a.path_width == 0) return;
+  if (device.is_cpu()) plan_cpu::tree_logits(a);
+  else plan_cuda::tree_logits(a, stream);
+}
+
 }  // namespace attnserve::plan_detail
 
 namespace attnserve {

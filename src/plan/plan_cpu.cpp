@@ -37,20 +37,24 @@ void gather_page_table(const plan_detail::GatherPageTableArgs& a) {
     const int64_t cols = std::min<int64_t>(a.width, (int64_t(num_tokens) + a.page_size - 1) / a.page_size);
     // Columns read from req_to_token: those before the draft positions (never read those: the
     // table need not hold them).
-    const int64_t table_cols =
-        draft_row >= 0 ? std::clamp<int64_t>((int64_t(draft_begin) - first + a.page_size - 1) / a.page_size, 0, cols)
-                       : cols;
+    // (draft_owns_page: the page holding the first draft position comes from the draft slots too.)
+    const int64_t draft_col = a.draft_owns_page ? (int64_t(draft_begin) - first) / a.page_size
+                                                : (int64_t(draft_begin) - first + a.page_size - 1) / a.page_size;
+    const int64_t table_cols = draft_row >= 0 ? std::clamp<int64_t>(draft_col, 0, cols) : cols;
     if (a.page_size == 1) {
       std::copy(r2t + first, r2t + first + table_cols, out);
     } else {
       for (int64_t j = 0; j < table_cols; ++j) out[j] = r2t[first + j * a.page_size] / a.page_size;
     }
-    if (draft_row >= 0) {  // draft positions take their slots from draft_slots
+    if (draft_row >= 0) {  // draft positions take their slots from draft_slots (or the row's tree path)
       const int32_t* slots = a.draft_slots + int64_t(draft_row) * a.draft_row_stride;
+      const int32_t* path = a.path ? a.path + int64_t(draft_row) * a.path_stride : nullptr;
       for (int64_t pos = std::max<int64_t>(draft_begin, first); pos < int64_t(draft_begin) + a.num_draft; ++pos) {
         const int64_t rel = pos - first;
-        if (rel % a.page_size != 0 || rel / a.page_size >= cols) continue;
-        out[rel / a.page_size] = slots[pos - draft_begin] / a.page_size;
+        const bool page_start = rel % a.page_size == 0 || (a.draft_owns_page && pos == draft_begin);
+        if (!page_start || rel / a.page_size >= cols) continue;
+        const int32_t slot = path ? r2t[draft_begin + path[pos - draft_begin]] : slots[pos - draft_begin];
+        out[rel / a.page_size] = slot / a.page_size;
       }
     }
     std::fill(out + cols, out + a.width, 0);
@@ -76,6 +80,20 @@ void expand_rows(const plan_detail::ExpandRowsArgs& a) {
     a.expanded[row] = 0;
     a.nsa_seqlens[row] = 0;
     a.nsa_cu_seqlens_k[row + 1] = a.nsa_total;
+  }
+}
+
+void tree_logits(const plan_detail::TreeLogitsArgs& a) {
+  for (int i = 0; i < a.rows; ++i) {
+    const int32_t* path = a.path + int64_t(i) * a.path_width;
+    int n = 0;
+    while (n < a.path_width && path[n] >= 0) ++n;
+    if (n == 0) continue;
+    float* row = a.logits + int64_t(i) * a.logits_stride + (a.row_starts ? a.row_starts[i] : 0) +
+                 (a.topk_lengths[i] - n);  // column seq_i
+    float moved[64];
+    for (int d = 0; d < n; ++d) moved[d] = row[path[d]];
+    std::copy(moved, moved + n, row);
   }
 }
 

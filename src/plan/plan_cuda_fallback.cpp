@@ -22,6 +22,7 @@ ATTNSERVE_WEAK void gather_page_table(const plan_detail::GatherPageTableArgs&, S
   unavailable("planner page-table gather");
 }
 ATTNSERVE_WEAK void expand_rows(const plan_detail::ExpandRowsArgs&, Stream) { unavailable("planner expand_rows"); }
+ATTNSERVE_WEAK void tree_logits(const plan_detail::TreeLogitsArgs&, Stream) { unavailable("planner tree_logits"); }
 ATTNSERVE_WEAK void transform_index(const TransformIndexArgs&, Stream) { unavailable("transform_index_page_table"); }
 
 }  // namespace attnserve::plan_cuda

@@ -2,6 +2,7 @@
 //   gather_page_table  page ids (or token slots) of a row's keys from req_to_token, with the
 //                      draft-decode slots overriding their positions; 0 past the row's keys
 //   expand_rows        per query row: expanded lengths, min(expanded, topk), their prefix sums
+//   tree_logits        draft trees: each verify row's path logits moved to its path positions
 //   transform_index    top-k positions -> token slots (plan.h TransformIndexArgs)
 // plan_cpu:: runs them in host code (the CPU device); plan_cuda:: as kernels on the caller's stream,
 // defined in src/cuda/plan/*.cu, with fallbacks in plan_cuda_fallback.cpp for builds without CUDA.
@@ -37,6 +38,15 @@ struct GatherPageTableArgs {
   const int32_t* draft_slots = nullptr;  // [*, draft_row_stride]
   int draft_row_stride = 0;
   int num_draft = 0;
+  // Draft trees, target_verify (page_size 1): with `path` set, a draft position takes the slot of the
+  // draft token path[draft_row * path_stride + (pos - draft_begin)] (a column of req_to_token:
+  // r2t[draft_begin + path value]) instead of a draft_slots entry: the row lists its path in order.
+  const int32_t* path = nullptr;
+  int path_stride = 0;
+  // Draft trees, draft decode (page_size > 1): a page holding any draft position takes its id from the
+  // first draft position in it (the branch's own page, which holds a copy of the prefix's partial last
+  // page, as the engine duplicates it for each branch) instead of from req_to_token.
+  bool draft_owns_page = false;
   int32_t* out = nullptr;  // [num_descs * repeat, out_row_stride]
   int64_t out_row_stride = 0;
   int width = 0;      // columns written per row (page j: token first + j * page)
@@ -75,14 +85,30 @@ ATTNSERVE_HOST_DEVICE inline int64_t clipped_ramp_sum(int64_t a, int64_t n, int6
   return S(a + n - 1) - S(a - 1);
 }
 
+// Draft trees, target_verify (topk_transform): each row's path logits moved to the columns of its
+// path positions, in place: logits[i, s + seq_i + d] = old logits[i, s + seq_i + path[i, d]] for d <
+// path_len_i (s = row_starts[i] or 0; seq_i = topk_lengths[i] - path_len_i, path_len_i = the path's
+// entries >= 0). Columns past seq_i + path_len_i keep whatever they hold (the top-k never reads them).
+struct TreeLogitsArgs {
+  float* logits = nullptr;  // [rows, logits_stride]
+  int64_t logits_stride = 0;
+  const int32_t* row_starts = nullptr;  // optional [rows]
+  const int32_t* path = nullptr;        // [rows, path_width]
+  int path_width = 0;
+  const int32_t* topk_lengths = nullptr;  // [rows]
+  int rows = 0;
+};
+
 void run_gather_page_table(const GatherPageTableArgs& a, Device device, Stream stream);
 void run_expand_rows(const ExpandRowsArgs& a, Device device, Stream stream);
+void run_tree_logits(const TreeLogitsArgs& a, Device device, Stream stream);
 
 }  // namespace attnserve::plan_detail
 
 namespace attnserve::plan_cpu {
 void gather_page_table(const plan_detail::GatherPageTableArgs& a);
 void expand_rows(const plan_detail::ExpandRowsArgs& a);
+void tree_logits(const plan_detail::TreeLogitsArgs& a);
 void transform_index(const TransformIndexArgs& a);  // validated
 }  // namespace attnserve::plan_cpu
 
@@ -97,5 +123,6 @@ void event_synchronize(void* event);  // returns at once if the event completed 
 
 void gather_page_table(const plan_detail::GatherPageTableArgs& a, Stream stream);
 void expand_rows(const plan_detail::ExpandRowsArgs& a, Stream stream);
+void tree_logits(const plan_detail::TreeLogitsArgs& a, Stream stream);
 void transform_index(const TransformIndexArgs& a, Stream stream);  // validated
 }  // namespace attnserve::plan_cuda

@@ -15,11 +15,29 @@ const SparseMetadata& SparsePlanner::capture(int bs, ForwardMode mode, Stream st
   s.require_init(who);
   check_capture_shape(who, bs, mode, s.cfg.spec, s.cap);
 
+  SparseMetadata& meta = s.graphs[{bs, int(mode)}];
+  if (s.tree_mode(mode)) {  // draft trees: one page-table row per query row (sparse_tree.cpp)
+    const int64_t rows = int64_t(bs) * s.tree_rows_per_request(mode);
+    std::vector<int32_t> list = std::move(meta.nsa_extend_seq_lens_list);
+    meta = SparseMetadata{};
+    meta.nsa_extend_seq_lens_list = std::move(list);
+    meta.nsa_extend_seq_lens_list.reserve(std::size_t(rows));
+    meta.mode = mode;
+    meta.batch_size = bs;
+    meta.num_rows = int(rows);
+    meta.page_size = s.cfg.page_size;
+    meta.topk = s.cfg.topk;
+    meta.max_seq_len_k = s.cap.max_context_len;
+    s.tree_views(meta, mode, bs, rows, s.cap.max_context_len, s.max_pages);
+    meta.captured = true;
+    padding_layout(s.layout, mode, bs, s.cfg.spec);
+    s.fill_tree(s.layout, meta, /*graph=*/true, stream);
+    return meta;
+  }
   const int D = s.cfg.spec.draft_token_num;
   const bool verify = mode == ForwardMode::target_verify;
   const int64_t table_rows = verify ? int64_t(bs) * D : bs;
   const int64_t rows = (verify || mode == ForwardMode::draft_extend) ? int64_t(bs) * D : bs;
-  SparseMetadata& meta = s.graphs[{bs, int(mode)}];
   std::vector<int32_t> list = std::move(meta.nsa_extend_seq_lens_list);
   meta = SparseMetadata{};
   meta.nsa_extend_seq_lens_list = std::move(list);
@@ -71,7 +89,8 @@ const SparseMetadata& SparsePlanner::replay(int bs, ForwardMode mode, const Batc
   check_replay_batch(who, bs, mode, batch, s.cfg.spec);
   s.build(batch, who, s.layout);  // throws before any state changes
   pad_layout(s.layout, bs, s.cfg.spec);
-  s.fill(s.layout, it->second, /*graph=*/true, it->second.num_rows, stream);
+  if (s.tree_mode(mode)) s.fill_tree(s.layout, it->second, /*graph=*/true, stream);
+  else s.fill(s.layout, it->second, /*graph=*/true, it->second.num_rows, stream);
   return it->second;
 }
 

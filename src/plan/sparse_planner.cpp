@@ -17,8 +17,6 @@ SparsePlanner::Impl::Impl(const SparsePlanConfig& c, Device d) : cfg(c), device(
   ATTNSERVE_CHECK(c.page_size >= 1, who, ": page_size = ", c.page_size, " must be >= 1");
   ATTNSERVE_CHECK(c.topk >= 1, who, ": topk = ", c.topk, " must be >= 1");
   check_spec_config(who, c.spec);
-  ATTNSERVE_CHECK(c.spec.topk <= 1, who, ": draft trees (spec.topk = ", c.spec.topk,
-                  " > 1) are not supported by the sparse planner yet (the dense planner has them)");
 }
 
 void SparsePlanner::Impl::require_init(const char* who) const {
@@ -31,6 +29,11 @@ LayoutRules SparsePlanner::Impl::rules(const char* who) const {
 
 void SparsePlanner::Impl::build(const BatchSpec& batch, const char* who, RequestLayout& L) const {
   build_layout(batch, rules(who), L);
+  if (tree_mode(L.mode)) {
+    check_tree(batch, who, L);
+    if (L.mode == ForwardMode::draft_decode) L.draft_slots = batch.draft_slots;  // [bs * topk, num_steps]
+    return;
+  }
   int64_t total = 0;
   for (int r = 0; r < L.bs; ++r) total += clipped_ramp_sum(int64_t(L.kv_len[r]) - L.q_len[r] + 1, L.q_len[r], cfg.topk);
   ATTNSERVE_CHECK(total <= INT32_MAX, who, ": nsa_cu_seqlens_k would reach ", total, ", beyond int32");
@@ -59,18 +62,30 @@ void SparsePlanner::init(const PlanCapacity& c, Stream stream) {
   s.cap = c;
   s.max_rows = c.max_num_tokens;
   s.max_pages = int((int64_t(c.max_context_len) + P - 1) / P);
+  const int K = std::max(1, s.cfg.spec.topk);  // draft trees: one row per branch in draft decode
+  const bool trees = s.cfg.spec.topk > 1;
   s.table_rows = std::max<int64_t>(c.max_bs, D > 0 ? std::min<int64_t>(s.max_rows, int64_t(c.max_bs) * D) : 0);
+  if (trees) s.table_rows = std::max<int64_t>(s.table_rows, std::min<int64_t>(s.max_rows, int64_t(c.max_bs) * K));
   s.o_cache = s.arena.reserve(c.max_bs);
   s.o_cu_k = s.arena.reserve(c.max_bs + 1);
   s.o_cu_q = s.arena.reserve(c.max_bs + 1);
   s.o_arange = s.arena.reserve(s.max_rows + 1);
   s.o_desc = s.arena.reserve(int64_t(c.max_bs) * kGatherDescInts);
-  s.o_draft = s.arena.reserve(int64_t(c.max_bs) * s.cfg.spec.num_steps);
+  s.o_draft = s.arena.reserve(int64_t(c.max_bs) * K * s.cfg.spec.num_steps);
   s.o_expand = s.arena.reserve(int64_t(c.max_bs) * kExpandReqInts);
+  if (trees) {
+    s.o_tree_desc = s.arena.reserve(s.max_rows * kGatherDescInts);
+    s.o_tree_path = s.arena.reserve(s.max_rows * std::max(1, D));
+    s.o_tree_len = s.arena.reserve(s.max_rows);
+    s.o_tree_exp = s.arena.reserve(s.max_rows);
+    s.o_tree_nsa = s.arena.reserve(s.max_rows);
+    s.o_tree_cu = s.arena.reserve(s.max_rows + 1);
+    s.o_tree_pos = s.arena.reserve(s.max_rows);
+  }
   s.arena.allocate(s.device, stream);
   s.page_table_1 = Buffer(std::size_t(s.table_rows) * c.max_context_len * sizeof(int32_t), s.device);
   memset_async(s.table_view(s.page_table_1, s.table_rows, c.max_context_len), 0, stream);
-  if (P > 1) {
+  if (P > 1 || (trees && D > 0)) {  // tree verify: page_table_1 lists paths, the real table the request's order
     s.real_page_table = Buffer(std::size_t(s.table_rows) * s.max_pages * sizeof(int32_t), s.device);
     memset_async(s.table_view(s.real_page_table, s.table_rows, s.max_pages), 0, stream);
   }
@@ -99,7 +114,8 @@ const SparseMetadata& SparsePlanner::plan(const BatchSpec& batch, Stream stream)
   Impl& s = *impl_;
   s.require_init("SparsePlanner::plan");
   s.build(batch, "SparsePlanner::plan", s.layout);  // throws before any state changes
-  s.fill(s.layout, s.eager, /*graph=*/false, 0, stream);
+  if (s.tree_mode(s.layout.mode)) s.fill_tree(s.layout, s.eager, /*graph=*/false, stream);
+  else s.fill(s.layout, s.eager, /*graph=*/false, 0, stream);
   return s.eager;
 }
 

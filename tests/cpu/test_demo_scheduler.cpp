@@ -155,6 +155,84 @@ TEST(DemoScheduler, TracesFinishWithConsistentBookkeeping) {
   for (const Case& c : cases) run_case(c, g());
 }
 
+// Draft trees (topk > 1): every round's draft decode and tree verify plan in both planners; verify
+// rows are the tree's tokens at positions L + depth, each seeing its prefix and its path (ending at its
+// own entry); draft decode has topk rows per request and step, page-aligned branch slots; the
+// accepted tokens lie on the spine; the bookkeeping holds and the branches' pages come back.
+TEST(DemoScheduler, DraftTreeRoundsPlanInBothPlanners) {
+  auto g = test::rng_for_test();
+  for (int P : {16, 64}) {
+    SCOPED_TRACE("page " + std::to_string(P));
+    const int S = 3, D = 9, K = 4, max_running = 5, per_request = 120 + 20 + D + S;
+    SchedulerConfig cfg;
+    cfg.page_size = P;
+    const int64_t pages = (per_request + P - 1) / P + (K - 1) * ((P - 1 + S + P - 1) / P);
+    cfg.num_slots = (3 * pages + 1) * P;
+    cfg.max_running = max_running;
+    cfg.max_context = per_request;
+    cfg.prefill_budget = 64;
+    cfg.spec_steps = S;
+    cfg.draft_tokens = D;
+    cfg.spec_topk = K;
+    cfg.spec_max_bs = max_running;
+    cfg.seed = g();
+    const std::vector<RequestSpec> trace =
+        make_workload({.requests = 10, .min_prompt = 1, .max_prompt = 120, .max_output = 20, .arrival_gap = 2}, g());
+    Scheduler s(cfg, trace, Device::cpu());
+    const PlanCapacity cap{.max_bs = max_running, .max_num_tokens = 256, .max_context_len = per_request};
+    int rounds = 0;
+    for (int guard = 0; guard < 100000; ++guard) {
+      const Work w = s.next();
+      if (w == Work::done) break;
+      if (w == Work::prefill) s.finish_prefill(s.prefill_step());
+      else if (w == Work::decode) s.finish_decode(s.decode_step());
+      else {
+        ++rounds;
+        SpecRound round = s.spec_round();
+        const Step& dd = round.draft_decode;
+        const Step& tv = round.verify;
+        for (int step = 0; step < S - 1; ++step) {
+          const SpeculativeConfig spec{.draft_token_num = D, .num_steps = S, .step_id = step, .topk = K};
+          DensePlanner dense({.page_size = P, .spec = spec}, Device::cpu());
+          SparsePlanner sparse({.page_size = P, .topk = 32, .spec = spec}, Device::cpu());
+          dense.init(cap), sparse.init(cap);
+          for (ForwardMode m : {ForwardMode::draft_decode, ForwardMode::target_verify}) {
+            const Step& st = m == ForwardMode::draft_decode ? dd : tv;
+            EXPECT_NO_THROW(dense.validate(st.batch(s.table().table()))) << to_string(m);
+            EXPECT_NO_THROW(sparse.validate(st.batch(s.table().table()))) << to_string(m);
+          }
+          const std::vector<QueryRow> rows = dd.draft_rows(step);
+          ASSERT_EQ(rows.size(), std::size_t(dd.batch_size() * K));
+          for (const QueryRow& q : rows) {
+            const StepRequest& rq = dd.reqs[std::size_t(q.req)];
+            EXPECT_EQ(q.pos, dd.seq_lens[std::size_t(q.req)] + step);
+            EXPECT_EQ(q.slot % P, q.pos % P) << "branch slot page offset";
+            ASSERT_EQ(q.path.size(), std::size_t(step + 1));
+            EXPECT_EQ(rq.slots[std::size_t(q.path.back())], q.slot);
+            for (std::size_t d = 0; d < q.path.size(); ++d) EXPECT_EQ(rq.position(q.path[d]), q.prefix + int(d));
+          }
+        }
+        ASSERT_EQ(tv.rows.size(), std::size_t(tv.batch_size() * D));
+        for (const QueryRow& q : tv.rows) {
+          const StepRequest& rq = tv.reqs[std::size_t(q.req)];
+          EXPECT_EQ(q.prefix, tv.seq_lens[std::size_t(q.req)]);
+          ASSERT_FALSE(q.path.empty());
+          EXPECT_EQ(rq.slots[std::size_t(q.path.back())], q.slot);
+          EXPECT_EQ(q.pos, q.prefix + int(q.path.size()) - 1);
+          for (std::size_t d = 0; d < q.path.size(); ++d) EXPECT_EQ(rq.position(q.path[d]), q.prefix + int(d));
+        }
+        s.accept(round);
+        for (int a : round.accepted) EXPECT_LE(a, std::min(D, S));
+        s.finish_spec(round);
+      }
+      ASSERT_EQ(s.check_invariants(), "") << "after step " << s.steps();
+    }
+    EXPECT_GT(rounds, 0);
+    EXPECT_EQ(s.finished(), 10);
+    EXPECT_EQ(s.pages_in_use(), 0);
+  }
+}
+
 TEST(DemoScheduler, RejectsARequestThePoolCannotHold) {
   SchedulerConfig c;
   c.page_size = 16;

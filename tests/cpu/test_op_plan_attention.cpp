@@ -147,13 +147,50 @@ TEST(OpPlanAttention, DeterministicUsesFixedSplitsOfRowBlocksOf16) {
   const Plan c = cuda::attn::make_plan(p, kH200, {.mt = 4}, kWithSm90);
   EXPECT_EQ(c.mt, 1);  // the tuning cannot change the summation order
   EXPECT_EQ(c.split_keys, cuda::attn::kDeterministicSplitKeys);
-  EXPECT_EQ(c.num_splits, (313 * 16 + 1023) / 1024);  // 313 pages of 16 keys
+  const int sk = cuda::attn::kDeterministicSplitKeys;
+  EXPECT_EQ(c.num_splits, (313 * 16 + sk - 1) / sk);  // 313 pages of 16 keys
   EXPECT_EQ(c.m_blocks, (5 * 4 + 15) / 16);
   // The batch does not change the splits (bits independent of the other requests).
   Problem big = p;
   big.b = 200;
   big.total_q = 1000;
   EXPECT_EQ(cuda::attn::make_plan(big, kH200).num_splits, c.num_splits);
+}
+
+TEST(OpPlanAttention, ThreeCtasPerSmOnlyWhereTheKernelFits) {
+  using cuda::attn::Tuning;
+  // Decode at d 128: the 2-stage pipeline fits three CTAs, and the splits count 3 x 132 slots.
+  const Plan three = cuda::attn::make_plan(problem(64, 1, 8192), kH200, Tuning{.ctas = 3}, kWithSm90);
+  EXPECT_EQ(three.kernel, Kernel::sm80);
+  EXPECT_EQ(three.ctas_per_sm, 3);
+  EXPECT_EQ(three.stages, 2);
+  EXPECT_LE(3 * (three.smem + 1024), kH200.smem_per_block + 1024);
+  const Plan fp8 = cuda::attn::make_plan(problem(64, 1, 8192, 128, DType::fp8_e4m3), kH200, Tuning{.ctas = 3});
+  EXPECT_EQ(fp8.ctas_per_sm, 3);
+  EXPECT_EQ(fp8.stages, 2);
+  // d 256 and 64-row tiles hold too many accumulators for 168 registers: the untuned count.
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192, 256), kH200, Tuning{.ctas = 3}).ctas_per_sm, 1);
+  const Plan extend = cuda::attn::make_plan(problem(4, 1024, 4096), kH200, Tuning{.ctas = 3}, kWithSm90);
+  EXPECT_EQ(extend.kernel, Kernel::sm80);  // a pinned field keeps the portable kernel
+  EXPECT_EQ(extend.mt, 4);
+  EXPECT_EQ(extend.ctas_per_sm, 2);
+  // The default: two CTAs, three stages; page runs on unless turned off.
+  const Plan def = cuda::attn::make_plan(problem(64, 1, 8192), kH200, {}, kWithSm90);
+  EXPECT_EQ(def.ctas_per_sm, 2);
+  EXPECT_EQ(def.page_runs, 1);
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192), kH200, Tuning{.page_runs = 0}).page_runs, 0);
+}
+
+TEST(OpPlanAttention, DeterministicSplitSizeTuningRoundsToTiles) {
+  Problem p = problem(3, 1, 8192);
+  p.deterministic = true;
+  const Plan c = cuda::attn::make_plan(p, kH200, cuda::attn::Tuning{.split_keys = 2000});
+  EXPECT_EQ(c.split_keys, 2048);
+  EXPECT_EQ(c.num_splits, 4);
+  Problem big = p;
+  big.b = 200;
+  big.total_q = 200;
+  EXPECT_EQ(cuda::attn::make_plan(big, kH200, cuda::attn::Tuning{.split_keys = 2000}).num_splits, 4);
 }
 
 TEST(OpPlanAttention, Fp8CacheTakesADeeperPipeline) {
@@ -169,7 +206,7 @@ TEST(OpPlanAttention, CanImplementNamesWhatIsUnsupported) {
             std::string::npos);
   Problem f32 = problem(2, 1, 100);
   f32.dtype = f32.out_dtype = f32.kv_dtype = DType::f32;
-  EXPECT_NE(reason(f32).find("q must be bf16 or f16"), std::string::npos);
+  EXPECT_NE(reason(f32).find("q must be bf16, f16 or fp8_e4m3"), std::string::npos);
   Problem dv = problem(2, 1, 100);
   dv.d_v = 64;
   EXPECT_NE(reason(dv).find("q and k_cache have 128, v_cache 64"), std::string::npos);

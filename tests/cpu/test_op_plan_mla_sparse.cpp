@@ -130,6 +130,50 @@ TEST(OpPlanMla, HopperKernelNeedsItsBuildDeviceAndNondeterminism) {
   EXPECT_STREQ(cuda::mla::kernel_name(Kernel::sm90), "sm90");
 }
 
+// FP8-656 cache (u8 rows of 656 bytes): the Hopper kernel with the bf16 kernel's shared memory (raw tokens
+// staged in the bf16 stage); the portable kernel's ring of raw tiles plus one bf16 tile; deterministic as bf16.
+cuda::mla::Problem mla_fp8(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64) {
+  cuda::mla::Problem p = mla(b, q_len, h_q, ctx, page);
+  p.kv_dtype = DType::u8;
+  p.d_kv = 656;
+  return p;
+}
+
+TEST(OpPlanMla, Fp8CacheOnBothKernels) {
+  using cuda::mla::Kernel;
+  EXPECT_TRUE(cuda::mla::can_implement(mla_fp8(1, 1, 16, 64), kH200).ok());
+  const cuda::mla::Plan h16 = cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {}, kSm90Build);
+  EXPECT_EQ(h16.kernel, Kernel::sm90);
+  EXPECT_EQ(h16.smem, cuda::mla90::smem_bytes());
+  EXPECT_EQ(cuda::mla::make_plan(mla_fp8(128, 1, 128, 8192), kH200, {}, kSm90Build).m_blocks, 2);
+  // Portable: smem = Q + one bf16 tile + stages raw tiles + scores; HB 16 still two CTAs per SM.
+  const cuda::mla::Plan p16 = cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {}, kPortableBuild);
+  EXPECT_EQ(p16.kernel, Kernel::sm80);
+  EXPECT_EQ(p16.smem, cuda::mla::smem_bytes(16, p16.stages, true));
+  EXPECT_EQ(cuda::mla::smem_bytes(16, 2, true), cuda::mla::smem_bytes(16, 2) - 2 * cuda::mla::kTileBytes +
+                                                    cuda::mla::kTileBytes + 2 * cuda::mla::kRawTileBytes);
+  EXPECT_LE(p16.smem, (kH200.smem_per_block + 1024) / 2 - 1024);
+  EXPECT_GE(p16.stages, 2);
+  const cuda::mla::Plan a100 = cuda::mla::make_plan(mla_fp8(128, 1, 128, 8192), kA100, {.sm90 = 1}, kSm90Build);
+  EXPECT_EQ(a100.kernel, Kernel::sm80);
+  EXPECT_LE(a100.smem, kA100.smem_per_block);
+  cuda::mla::Problem det = mla_fp8(128, 1, 128, 8192);
+  det.deterministic = true;
+  const cuda::mla::Plan d = cuda::mla::make_plan(det, kH200, {}, kSm90Build);
+  EXPECT_EQ(d.kernel, Kernel::sm80);
+  EXPECT_EQ(d.split_keys, cuda::mla::kDeterministicSplitKeys);
+  // The row width must match the format: 576 bytes of u8 or 656 bf16 values are not a cache.
+  cuda::mla::Problem bad = mla_fp8(1, 1, 16, 64);
+  bad.d_kv = 576;
+  EXPECT_NE(cuda::mla::can_implement(bad, kH200).reason.find("656"), std::string::npos);
+  bad = mla(1, 1, 16, 64);
+  bad.d_kv = 656;
+  EXPECT_FALSE(cuda::mla::can_implement(bad, kH200).ok());
+  bad = mla_fp8(1, 1, 16, 64);
+  bad.kv_dtype = DType::fp8_e4m3;
+  EXPECT_NE(cuda::mla::can_implement(bad, kH200).reason.find("FP8-656"), std::string::npos);
+}
+
 TEST(OpPlanMla, CanImplementNamesWhatIsUnsupported) {
   cuda::mla::Problem p = mla(1, 1, 16, 64);
   EXPECT_TRUE(cuda::mla::can_implement(p, kH200).ok());
@@ -166,7 +210,8 @@ TEST(OpPlanSparseMla, HeadBlocksKernelsAndSplits) {
   EXPECT_EQ(workspace_size(d128), 0u);
   EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(8, 32, 2048, false), kH200).head_block, 32);
   EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(4096, 16, 2048, false), kH200).num_splits, 1);
-  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(1, 16, 96, true), kH200).num_splits, 1);  // 3 tiles < 4 per split
+  EXPECT_EQ(cuda::sparse_mla_op::make_plan(sparse(1, 16, 96, true), kH200, {}, kPortableOnly).num_splits,
+            1);  // 3 tiles < 4 per split
   auto det = sparse(1, 16, 2048, true);
   det.deterministic = true;
   EXPECT_EQ(cuda::sparse_mla_op::make_plan(det, kH200).num_splits, 1);
@@ -186,8 +231,10 @@ TEST(OpPlanSparseMla, HopperKernelWhereItFits) {
   EXPECT_LE(d128.smem, kH200.smem_per_block);
   EXPECT_EQ(make_plan(sparse(4096, 64, 2048, false), kH200, {}, kWithSm90).kernel, Kernel::sm90_bf16);
   EXPECT_GE(make_plan(sparse(32, 128, 2048, true), kH200, {}, kWithSm90).num_splits, 2);  // 64 CTAs
-  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm80_fp8);
-  EXPECT_EQ(make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm90_fp8_small);
+  EXPECT_EQ(make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm90_fp8_small);
+  EXPECT_EQ(make_plan(sparse(128, 48, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, false), kH200, {}, kWithSm90).kernel, Kernel::sm80_bf16);
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 1}, kWithSm90).kernel, Kernel::sm90_fp8);
   EXPECT_EQ(make_plan(sparse(128, 128, 2048, true), kH200, {.sm90 = 0}, kWithSm90).kernel, Kernel::sm80_fp8);
   EXPECT_EQ(make_plan(sparse(128, 128, 2048, true), kA100, {.sm90 = 1}, kWithSm90).kernel, Kernel::sm80_fp8);
@@ -200,11 +247,60 @@ TEST(OpPlanSparseMla, HopperKernelWhereItFits) {
   EXPECT_EQ(make_plan(det, kH200, {}, kWithSm90).num_splits, 1);
 }
 
+// The small-head FP8 kernel (sm90/small_heads.cuh): the auto choice on sm_90 for an FP8 cache and h_q <= 32
+// (16- or 32-head CTAs), never for a bf16 cache, on sm_80, without the build, or when `sm90` is forced
+// either way; 64-key tiles in a 4-deep ring; split-K for few rows, none when deterministic.
+TEST(OpPlanSparseMla, SmallHeadKernel) {
+  using cuda::sparse_mla_op::Kernel;
+  using cuda::sparse_mla_op::make_plan;
+  const auto h16 = make_plan(sparse(128, 16, 2048, true), kH200, {}, kWithSm90);
+  EXPECT_EQ(h16.kernel, Kernel::sm90_fp8_small);
+  EXPECT_EQ(h16.head_block, 16);
+  EXPECT_EQ(h16.head_blocks, 1);
+  EXPECT_EQ(h16.tile_keys, 64);
+  EXPECT_EQ(h16.stages, 2);  // two CTAs per SM
+  EXPECT_EQ(h16.ctas_per_sm, 2);
+  EXPECT_LE(2 * (h16.smem + 1024), kH200.smem_per_block + 1024);
+  EXPECT_EQ(h16.num_splits, 2);  // 256 CTAs on 264 slots
+  EXPECT_LE(h16.smem, kH200.smem_per_block);
+  const auto h32 = make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90);
+  EXPECT_EQ(h32.head_block, 32);
+  EXPECT_EQ(h32.stages, 4);
+  EXPECT_EQ(h32.ctas_per_sm, 1);
+  EXPECT_LE(h32.smem, kH200.smem_per_block);
+  const auto odd = make_plan(sparse(7, 20, 2048, true), kH200, {}, kWithSm90);
+  EXPECT_EQ(odd.kernel, Kernel::sm90_fp8_small);
+  EXPECT_EQ(odd.head_block, 32);
+  EXPECT_GE(odd.num_splits, 8);  // 7 CTAs unsplit
+  EXPECT_GT(workspace_size(odd), 0u);
+  auto det = sparse(7, 20, 2048, true);
+  det.deterministic = true;
+  EXPECT_EQ(make_plan(det, kH200, {}, kWithSm90).num_splits, 1);  // HB 32: one CTA per SM
+  auto det16 = sparse(3, 16, 2048, true);
+  det16.deterministic = true;
+  EXPECT_EQ(make_plan(det16, kH200, {}, kWithSm90).num_splits, 2);  // HB 16: two per SM, whatever the batch
+  det16.rows = 4096;
+  EXPECT_EQ(make_plan(det16, kH200, {}, kWithSm90).num_splits, 2);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 0}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 1}, kWithSm90).kernel, Kernel::sm90_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.sm90 = 0, .small = 1}, kWithSm90).kernel,
+            Kernel::sm90_fp8_small);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.small = 0}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kA100, {.small = 1}, kWithSm90).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.small = 1}, kPortableOnly).kernel, Kernel::sm80_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 64, 2048, true), kH200, {.small = 1}, kWithSm90).kernel, Kernel::sm90_fp8);
+  const auto cut = make_plan(sparse(2, 16, 500, true), kH200, {.num_splits = 3, .stages = 2}, kWithSm90);
+  EXPECT_EQ(cut.num_splits, 3);
+  EXPECT_EQ(cut.split_tiles, 3);  // 8 tiles of 64: 3 / 3 / 2
+  EXPECT_EQ(cut.stages, 2);
+  EXPECT_STREQ(cuda::sparse_mla_op::kernel_name(Kernel::sm90_fp8_small), "sm90_fp8_small");
+}
+
 TEST(OpPlanSparseMla, ForcedSplitsCutTheListEvenly) {
-  const auto cut = cuda::sparse_mla_op::make_plan(sparse(2, 16, 500, true), kH200, {.num_splits = 3});
+  const auto cut = cuda::sparse_mla_op::make_plan(sparse(2, 16, 500, true), kH200, {.num_splits = 3}, kPortableOnly);
   EXPECT_EQ(cut.num_splits, 3);
   EXPECT_EQ(cut.split_tiles, 6);  // 16 tiles: 6 / 6 / 4
-  const auto many = cuda::sparse_mla_op::make_plan(sparse(2, 16, 100, true), kH200, {.num_splits = 8});
+  const auto many = cuda::sparse_mla_op::make_plan(sparse(2, 16, 100, true), kH200, {.num_splits = 8}, kPortableOnly);
   EXPECT_EQ(many.num_splits, 4);  // 100 keys = 4 tiles
   const std::size_t parts = 4 * 2 * 16;
   EXPECT_EQ(workspace_size(many), cuda::align_up(parts * 512 * 4) + cuda::align_up(parts * 2 * 4));

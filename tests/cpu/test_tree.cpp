@@ -217,7 +217,9 @@ TEST(DraftTree, BadTreesAreClearErrors) {
   EXPECT_THROW(
       DensePlanner(DensePlanConfig{.sliding_window_size = 8, .spec = {.draft_token_num = 8, .topk = 2}}, Device::cpu()),
       Error);
-  EXPECT_THROW(SparsePlanner(SparsePlanConfig{.spec = {.draft_token_num = 8, .topk = 2}}, Device::cpu()), Error);
+  // The sparse planner takes trees too (test_tree_sparse.cpp), with the same configuration limits.
+  EXPECT_NO_THROW(SparsePlanner(SparsePlanConfig{.spec = {.draft_token_num = 8, .topk = 2}}, Device::cpu()));
+  EXPECT_THROW(SparsePlanner(SparsePlanConfig{.spec = {.draft_token_num = 65, .topk = 2}}, Device::cpu()), Error);
 }
 
 TEST(DraftTree, PlanHoldsPrefixMetadataAndTheTreePart) {
@@ -487,6 +489,63 @@ TEST(DraftTreeBackend, GraphReplayEqualsEager) {
     EXPECT_EQ(leading_bytes(out_g, out_e.view.nbytes()), leading_bytes(out_e, out_e.view.nbytes())) << to_string(mode);
     // Padding rows see no key: zeros.
     for (int64_t i = live * s.h_q * s.dv; i < out_g.numel(); ++i) ASSERT_EQ(out_g.get(i), 0.f) << to_string(mode);
+  }
+}
+
+// tree_attention with the prefix part's state (prefix_out / prefix_lse) equals the tree part alone
+// merged with that state by merge_state, in place (prefix_out = out) and into another tensor; prefix
+// states without keys (lse -inf and +inf) contribute nothing.
+TEST(TreeAttentionOp, MergesThePrefixStateAsMergeStateDoes) {
+  auto g = rng_for_test();
+  const int b = 2, h_q = 4, h_kv = 2, d = 32, dv = 32, max_keys = 16;
+  const int64_t slots = 64, rows = 10;
+  HostTensor q(DType::f32, {rows, h_q, d}), k(DType::f32, {slots, h_kv, d}), v(DType::f32, {slots, h_kv, dv});
+  fill_view(q.view, g, 2.0);
+  fill_view(k.view, g, 1.5);
+  fill_view(v.view, g, 1.0);
+  HostTensor ks(DType::i32, {b, max_keys}), nk(DType::i32, {b}), cuq(DType::i32, {b + 1}), mask(DType::i64, {rows});
+  for (int j = 0; j < b * max_keys; ++j) ks.ptr<int32_t>()[j] = (j * 7) % int(slots);
+  nk.ptr<int32_t>()[0] = 5, nk.ptr<int32_t>()[1] = 16;
+  cuq.ptr<int32_t>()[0] = 0, cuq.ptr<int32_t>()[1] = 4, cuq.ptr<int32_t>()[2] = int32_t(rows);
+  for (int64_t i = 0; i < rows; ++i) mask.ptr<int64_t>()[i] = int64_t(g());
+  mask.ptr<int64_t>()[1] = 0;  // no tree key: the prefix state alone
+  HostTensor prefix(DType::f32, {rows, h_q, dv}), prefix_lse(DType::f32, {rows, h_q});
+  fill_view(prefix.view, g, 1.0);
+  fill_view(prefix_lse.view, g, 3.0);
+  prefix_lse.set(2 * h_q, -INFINITY), prefix_lse.set(3 * h_q + 1, INFINITY);  // prefix states without keys
+  prefix_lse.set(1 * h_q + 2, -INFINITY);                                     // row 1: neither part has a key
+  TreeAttentionArgs a{.q = q.view,
+                      .k_cache = k.view,
+                      .v_cache = v.view,
+                      .key_slots = ks.view,
+                      .num_keys = nk.view,
+                      .cu_seqlens_q = cuq.view,
+                      .mask = mask.view,
+                      .max_seqlen_q = 6,
+                      .softmax_scale = 0.2f};
+  HostTensor tree_out(DType::f32, {rows, h_q, dv}), tree_lse(DType::f32, {rows, h_q});
+  a.out = tree_out.view, a.lse = tree_lse.view;
+  tree_attention(a);
+  HostTensor want(DType::f32, {rows, h_q, dv}), want_lse(DType::f32, {rows, h_q});
+  merge_state({.v_a = prefix.view,
+               .s_a = prefix_lse.view,
+               .v_b = tree_out.view,
+               .s_b = tree_lse.view,
+               .v_out = want.view,
+               .s_out = want_lse.view});
+  for (bool in_place : {true, false}) {
+    SCOPED_TRACE(in_place ? "in place" : "separate");
+    HostTensor out = prefix, lse(DType::f32, {rows, h_q});
+    if (!in_place) poison(out);
+    poison(lse);
+    a.out = out.view, a.lse = lse.view, a.prefix_out = in_place ? out.view : prefix.view;
+    a.prefix_lse = prefix_lse.view;
+    tree_attention(a);
+    EXPECT_LT(rel_l2(to_doubles(out), to_doubles(want)), kTol);
+    for (int64_t i = 0; i < rows * h_q; ++i) {
+      if (std::isinf(want_lse.get(i))) EXPECT_EQ(lse.get(i), want_lse.get(i)) << i;
+      else EXPECT_NEAR(lse.get(i), want_lse.get(i), 1e-5) << i;
+    }
   }
 }
 

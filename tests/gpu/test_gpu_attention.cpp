@@ -219,6 +219,87 @@ TEST(GpuAttention, DecodeTilesAcrossPageSizesAndHeadDims) {
     }
 }
 
+// Page runs (one page-table entry per run of a thread's rows): every page size that takes them
+// (pages of 2 load steps and more, a tile inside one page from 64 on), each head dim and the FP8
+// cache (other load steps), partial last pages, empty and one-token requests, splits; the bits
+// equal the per-row addressing's (same arithmetic, other addresses).
+TEST(GpuAttention, PageRunsAcrossPageSizesAndHeadDims) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int ps : {8, 16, 32, 64, 128, 256})
+    for (int d : {64, 128, 256})
+      for (bool fp8 : {false, true}) {
+        if (fp8 && d != 128 && ps != 32) continue;
+        SCOPED_TRACE("page_size " + std::to_string(ps) + " d " + std::to_string(d) + (fp8 ? " fp8" : ""));
+        AttnSpec s;
+        s.q_lens = {1, 4, 1, 1, 1};
+        s.k_lens = {1500, 700, 1, 0, 2 * ps + 3};
+        s.h_q = 16;
+        s.h_kv = 4;
+        s.d = d;
+        s.page_size = ps;
+        s.fp8 = fp8;
+        s.descale = fp8;
+        s.tuning.num_splits = ps == 32 ? 3 : 0;
+        s.tuning.page_runs = 1;
+        check_case(s, g);
+        // Another draw of the case, per-row addressing against page runs: identical bits.
+        AttnCase c(s, g);
+        cuda::attn::Tuning per_row = s.tuning;
+        per_row.page_runs = 0;
+        const GpuResult rows = run_on_gpu(c, per_row), runs = run_on_gpu(c, s.tuning);
+        EXPECT_TRUE(same_bytes(rows.out, runs.out)) << "page runs change the output bits";
+        EXPECT_TRUE(same_bytes(rows.lse, runs.lse)) << "page runs change the lse bits";
+      }
+}
+
+// Three CTAs per SM (the 168-register MT = 1 kernel, 2 stages): decode, verify, GQA groups, page
+// sizes, FP8 with descale, windows, softcap, forced splits, empty and one-token requests; and the
+// bits equal the two-CTA kernel's (same arithmetic; only the pipeline depth and registers differ).
+TEST(GpuAttention, ThreeCtasPerSm) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Case {
+    int ps, d, hq, hkv, q_len, splits;
+    bool fp8;
+    float softcap;
+    int window;
+  };
+  // Split counts are pinned: the heuristic counts 3 x 132 slots and would split differently.
+  for (const Case k : {Case{16, 128, 32, 8, 1, 1, false, 0.f, -1}, Case{1, 128, 16, 2, 1, 3, false, 0.f, -1},
+                       Case{64, 128, 32, 8, 4, 2, false, 30.f, -1}, Case{16, 64, 16, 4, 4, 1, false, 0.f, 300},
+                       Case{32, 128, 8, 2, 1, 4, true, 0.f, -1}, Case{5, 128, 16, 1, 1, 5, false, 0.f, -1}}) {
+    SCOPED_TRACE("page_size " + std::to_string(k.ps) + " d " + std::to_string(k.d) + " q_len " +
+                 std::to_string(k.q_len) + (k.fp8 ? " fp8" : ""));
+    AttnSpec s;
+    s.q_lens = {k.q_len, k.q_len, 1, 1};
+    s.k_lens = {1800, 900, 0, 1};
+    s.k_lens[3] = std::max(1, k.q_len);
+    s.h_q = k.hq;
+    s.h_kv = k.hkv;
+    s.d = k.d;
+    s.page_size = k.ps;
+    s.fp8 = k.fp8;
+    s.descale = k.fp8;
+    s.softcap = k.softcap;
+    s.window_left = k.window;
+    s.tuning.num_splits = k.splits;
+    s.tuning.ctas = 3;
+    check_case(s, g);
+    AttnCase c(s, g);
+    const auto plan3 = cuda::attn::make_plan(
+        cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view, c.q_view,
+                                      TensorView{}, TensorView{}, TensorView{})),
+        cuda::attn::current_device_caps(), s.tuning);
+    EXPECT_EQ(plan3.ctas_per_sm, 3);  // <= 16 packed rows (MT = 1), d <= 128
+    cuda::attn::Tuning two = s.tuning;
+    two.ctas = 2;
+    const GpuResult r3 = run_on_gpu(c, s.tuning), r2 = run_on_gpu(c, two);
+    EXPECT_TRUE(same_bytes(r3.out, r2.out)) << "three CTAs per SM change the output bits";
+    EXPECT_TRUE(same_bytes(r3.lse, r2.lse)) << "three CTAs per SM change the lse bits";
+  }
+}
+
 TEST(GpuAttention, PipelineDepths) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
@@ -299,10 +380,11 @@ TEST(GpuAttention, EdgeCases) {
 TEST(GpuAttention, DeterministicBatchInvariance) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
-  for (int q_len : {1, 4}) {
-    SCOPED_TRACE("q_len " + std::to_string(q_len));
+  for (auto [q_len, split_keys] : {std::pair{1, 0}, {4, 0}, {1, 1024}, {4, 2000}}) {
+    SCOPED_TRACE("q_len " + std::to_string(q_len) + " split_keys " + std::to_string(split_keys));
     AttnSpec big;
     big.deterministic = true;
+    big.tuning.split_keys = split_keys;
     big.q_lens = {3, q_len, 1, 40};
     big.k_lens = {5000, 2500, 7000, 3100};
     big.h_q = 16;
@@ -333,7 +415,7 @@ TEST(GpuAttention, DeterministicBatchInvariance) {
     solo.cu.ptr<int32_t>()[1] = q_len;
     solo.spec.rows_before = solo.spec.rows_after = 0;
 
-    GpuResult all = run_on_gpu(c, {}), one = run_on_gpu(solo, {});
+    GpuResult all = run_on_gpu(c, big.tuning), one = run_on_gpu(solo, big.tuning);
     const size_t row_bytes = size_t(big.h_q) * big.d * 2;
     EXPECT_EQ(std::memcmp(all.out.bytes.data() + q0 * row_bytes, one.out.bytes.data(), q_len * row_bytes), 0)
         << "deterministic mode: the request's output bits depend on the batch";

@@ -86,12 +86,89 @@ TEST(TreeGpu, KernelMatchesCpuOracle) {
     da.q = dq.view, da.k_cache = dk.view, da.v_cache = dv.view, da.key_slots = dks.view, da.num_keys = dnk.view;
     da.cu_seqlens_q = dcu.view, da.mask = dmask.view, da.out = dout.view, da.lse = dlse.view;
     da.q_rope = c.d_rope ? dqr.view : TensorView{};
-    tree_attention(da);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const HostTensor gout = dout.download(out), glse = dlse.download(lse);
-    // Both round the same f32-accurate values to bf16: at most a bf16 ulp apart per element.
-    EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
-    EXPECT_LT(rel_l2(to_doubles(glse), to_doubles(lse)), 1e-5);
+    for (const char* kernel : {"", "staged2"}) {  // the default kernels and the opt-in v2
+      SCOPED_TRACE(std::string("kernel ") + kernel);
+      setenv("ATTNSERVE_TREE_KERNEL", kernel, 1);
+      dout.poison();
+      tree_attention(da);
+      unsetenv("ATTNSERVE_TREE_KERNEL");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const HostTensor gout = dout.download(out), glse = dlse.download(lse);
+      // Both round the same f32-accurate values to bf16: at most a bf16 ulp apart per element.
+      EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
+      EXPECT_LT(rel_l2(to_doubles(glse), to_doubles(lse)), 1e-5);
+    }
+  }
+}
+
+// The staged kernel's epilogue: the prefix part's state merged in place (prefix_out = out), against the
+// CPU oracle doing the same; MHA with separate K/V and MLA with V the first 512 columns of the latent
+// (V read from the staged K rows); prefix states without keys (lse -inf / +inf) and rows without tree keys.
+TEST(TreeGpu, KernelMergesThePrefixStateInPlace) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (bool mla : {false, true}) {
+    SCOPED_TRACE(mla ? "mla" : "mha");
+    const int h_q = mla ? 16 : 8, h_kv = mla ? 1 : 2, d = mla ? 512 : 128, d_rope = mla ? 64 : 0, d_v = d;
+    const int b = 6, max_keys = 64;
+    const int64_t slots = 700;
+    std::vector<int32_t> cu = {0}, nkeys;
+    for (int r = 0; r < b; ++r) {
+      cu.push_back(cu.back() + int32_t(g() % 65));
+      nkeys.push_back(int32_t(g() % 65));
+    }
+    const int64_t rows = cu.back();
+    HostTensor q = bf16_random({rows, h_q, d}, g, 2.0), qr = bf16_random({rows, h_q, std::max(1, d_rope)}, g, 2.0);
+    HostTensor k = bf16_random({slots, h_kv, d + d_rope}, g, 1.5), v = bf16_random({slots, h_kv, d_v}, g, 1.0);
+    HostTensor ks(DType::i32, {b, max_keys}), nk(DType::i32, {b}), cuq(DType::i32, {b + 1}), mask(DType::i64, {rows});
+    for (int i = 0; i < b * max_keys; ++i) ks.ptr<int32_t>()[i] = int32_t(g() % uint64_t(slots));
+    std::memcpy(nk.bytes.data(), nkeys.data(), nkeys.size() * 4);
+    std::memcpy(cuq.bytes.data(), cu.data(), cu.size() * 4);
+    for (int64_t i = 0; i < rows; ++i) mask.ptr<int64_t>()[i] = (i % 5 == 2) ? 0 : int64_t(g());
+    HostTensor out = bf16_random({rows, h_q, d_v}, g, 1.0), lse(DType::f32, {rows, h_q}), plse(DType::f32, {rows, h_q});
+    fill_view(plse.view, g, 4.0);
+    for (int64_t i = 0; i < rows * h_q; i += 11) plse.set(i, (i / 11) % 2 ? INFINITY : -INFINITY);
+    const HostTensor prefix = out;
+    DeviceTensor dq(q), dqr(qr), dk(k), dv(v), dks(ks), dnk(nk), dcu(cuq), dmask(mask), dout(out), dlse(lse),
+        dplse(plse);
+    TreeAttentionArgs a{.q = q.view,
+                        .k_cache = k.view,
+                        .v_cache = mla ? k.view.slice(2, 0, d_v) : v.view,
+                        .key_slots = ks.view,
+                        .num_keys = nk.view,
+                        .cu_seqlens_q = cuq.view,
+                        .mask = mask.view,
+                        .out = out.view,
+                        .lse = lse.view,
+                        .q_rope = mla ? qr.view : TensorView{},
+                        .prefix_out = out.view,
+                        .prefix_lse = plse.view,
+                        .max_seqlen_q = 64,
+                        .softmax_scale = 1.f / std::sqrt(float(d + d_rope))};
+    tree_attention(a);  // CPU oracle, in place
+    TreeAttentionArgs da = a;
+    da.q = dq.view, da.k_cache = dk.view, da.v_cache = mla ? dk.view.slice(2, 0, d_v) : dv.view;
+    da.key_slots = dks.view, da.num_keys = dnk.view, da.cu_seqlens_q = dcu.view, da.mask = dmask.view;
+    da.out = dout.view, da.lse = dlse.view, da.q_rope = mla ? dqr.view : TensorView{};
+    da.prefix_out = dout.view, da.prefix_lse = dplse.view;
+    for (const char* kernel : {"", "staged2"}) {  // the default kernel and the opt-in v2, each from the prefix
+      SCOPED_TRACE(std::string("kernel ") + kernel);
+      dout.upload(prefix);
+      setenv("ATTNSERVE_TREE_KERNEL", kernel, 1);
+      tree_attention(da);
+      unsetenv("ATTNSERVE_TREE_KERNEL");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const HostTensor gout = dout.download(out), glse = dlse.download(lse);
+      EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
+      int64_t inf_mismatch = 0;
+      for (int64_t i = 0; i < rows * h_q; ++i) inf_mismatch += std::isinf(lse.get(i)) != std::isinf(glse.get(i));
+      EXPECT_EQ(inf_mismatch, 0);
+      std::vector<double> gl = to_doubles(glse), cl = to_doubles(lse);
+      for (std::size_t i = 0; i < gl.size(); ++i)
+        if (std::isinf(cl[i])) gl[i] = cl[i] = 0;
+      EXPECT_LT(rel_l2(gl, cl), 1e-5);
+    }
+    EXPECT_NE(to_doubles(out), to_doubles(prefix));  // the merge changed the output
   }
 }
 

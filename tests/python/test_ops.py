@@ -66,6 +66,29 @@ def test_paged_attention_matches_numpy(rng, page_size):
         np.testing.assert_allclose(lse[cu[r]:cu[r + 1]], ref_l, rtol=1e-5, atol=1e-5)
 
 
+def test_paged_attention_fp8_q_with_descales(rng):
+    """fp8 q, K, V (ml_dtypes e4m3) with q/k/v descales [b, h_kv]: the reference on the dequantized values."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    e4m3 = ml_dtypes.float8_e4m3fn
+    h, h_kv, d, page_size = 4, 2, 32, 4
+    q_lens, kv_lens = [3, 2], [9, 6]
+    k32, v32, page_table = make_paged(rng, kv_lens, page_size, h_kv, d, num_pages=8)
+    k8, v8 = k32.astype(e4m3), v32.astype(e4m3)
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    q8 = rng.standard_normal((cu[-1], h, d)).astype(np.float32).astype(e4m3)
+    qds, kds, vds = (rng.uniform(0.5, 1.5, (2, h_kv)).astype(np.float32) for _ in range(3))
+    out = np.full((cu[-1], h, d), np.nan, dtype=np.float32)
+    A.paged_attention(q8, k8, v8, page_table, np.array(kv_lens, np.int32), cu, out, softmax_scale=1.0 / np.sqrt(d),
+                      q_descale=qds, k_descale=kds, v_descale=vds, max_seqlen_q=max(q_lens))
+    g = h // h_kv
+    for r in range(len(q_lens)):
+        q = q8[cu[r]:cu[r + 1]].astype(np.float64) * np.repeat(qds[r], g)[None, :, None]
+        k = gather(k8, page_table[r], kv_lens[r]).astype(np.float64) * kds[r][None, :, None]
+        v = gather(v8, page_table[r], kv_lens[r]).astype(np.float64) * vds[r][None, :, None]
+        ref_o, _ = attention_reference(q, k, v)
+        np.testing.assert_allclose(out[cu[r]:cu[r + 1]], ref_o, rtol=1e-4, atol=1e-5)
+
+
 def test_bad_argument_raises_named_error(rng):
     q = rng.standard_normal((2, 8, 64)).astype(np.float32)
     k_cache = rng.standard_normal((4, 1, 3, 64)).astype(np.float32)  # 8 heads do not divide by 3

@@ -83,3 +83,40 @@ def test_bad_trees_raise(rng):
     with pytest.raises(A.Error, match="exactly one"):
         backend.init_forward_metadata(A.ForwardBatch(forward_mode=M.target_verify, seq_lens=[5],
                                                      req_pool_indices=[0]))
+
+
+def test_sparse_tree_verify_topk_sees_only_each_rows_prefix_and_path(rng):
+    """SparseBackend with draft trees: each draft row's top-k slots are the best of its causal set (the
+    prefix and its tree path) by the indexer's logits, scored in req_to_token's order; the metadata's
+    tree part gives the set's size and the rows' positions."""
+    table = A.ReqToTokenPool(size=ROWS, max_context_len=CTX)
+    slots = rng.permutation(ROWS * CTX).astype(np.int32) + 1
+    truth = []
+    for r in range(ROWS):
+        assert table.alloc() == r
+        truth.append([int(s) for s in slots[r * CTX:(r + 1) * CTX]])
+        table.write(r, 0, truth[-1])
+    cache = rng.uniform(-1, 1, (ROWS * CTX + 1, 576)).astype(np.float32)
+    topk = 8
+    backend = A.SparseBackend(num_q_heads=2, kv_cache_format="bf16", index_topk=topk, softmax_scale=0.135,
+                              page_size=1, nsa_prefill_backend="fa3", nsa_decode_backend="fa3",
+                              speculative_num_draft_tokens=N, speculative_eagle_topk=4, max_bs=4,
+                              max_num_tokens=4 * N, max_context_len=CTX, req_to_token=table.table,
+                              token_to_kv_pool=[cache])
+    rows, seqs = [1, 3], [3, 30]
+    trees = [[-1] + [int(rng.integers(0, i)) for i in range(1, N)] for _ in rows]
+    fb = A.ForwardBatch(forward_mode=M.target_verify, seq_lens=seqs, req_pool_indices=rows,
+                        tree_parents=[p for t in trees for p in t])
+    backend.init_forward_metadata(fb)
+    tree = backend.forward_metadata["tree"]
+    depth = [len(ancestors(t, i)) - 1 for t in trees for i in range(N)]
+    assert list(np.asarray(tree["topk_lengths"])) == [s + d + 1 for s, d in zip(np.repeat(seqs, N), depth)]
+    assert list(np.asarray(backend.get_indexer_metadata().get_seqlens_expanded())) == list(np.repeat([s + N for s in seqs], N))
+    logits = rng.uniform(-3, 3, (len(rows) * N, CTX)).astype(np.float32)
+    got = backend.get_indexer_metadata().topk_transform(logits.copy(), topk).copy()
+    for r, (row, seq, par) in enumerate(zip(rows, seqs, trees)):
+        for t in range(N):
+            cols = list(range(seq)) + [seq + j for j in reversed(ancestors(par, t))]
+            best = sorted(cols, key=lambda c: -logits[r * N + t, c])[:topk]
+            want = {truth[row][c] for c in best}
+            assert set(int(s) for s in got[r * N + t] if s >= 0) == want

@@ -79,7 +79,9 @@ class DeepSeekModel final : public Model {
   }
 
   void draft_decode(const Step& step, bool check) override {
-    const PassShape shape = plan_pass(*draft_steps_, step, step.batch_size(), s_, cache_.req_to_token, stats_);
+    copy_tails(step);
+    const PassShape shape =
+        plan_pass(*draft_steps_, step, int64_t(step.batch_size()) * step.topk, s_, cache_.req_to_token, stats_);
     for (int i = 0; i < draft_steps_->num_backends(); ++i)
       run_layers(Worker::draft, draft_steps_->step(i), step, step.draft_rows(i), shape, check);
   }
@@ -104,7 +106,10 @@ class DeepSeekModel final : public Model {
     c.index_n_heads = s_.index_heads;
     c.softmax_scale = scale_;
     c.page_size = s_.page_size;
-    c.spec = {.draft_token_num = s_.draft_tokens, .num_steps = s_.spec ? s_.spec_steps : 0, .step_id = 0};
+    c.spec = {.draft_token_num = s_.draft_tokens,
+              .num_steps = s_.spec ? s_.spec_steps : 0,
+              .step_id = 0,
+              .topk = s_.spec ? s_.spec_topk : 1};
     c.capacity = capacity_of(s_, cache_);
     c.device = s_.device;
     c.req_to_token = cache_.req_to_token;
@@ -112,6 +117,33 @@ class DeepSeekModel final : public Model {
     return c;
   }
   int num_layers(Worker w) const { return w == Worker::target ? s_.layers : 1; }
+
+  // Draft trees: the engine's copy of each request's partial last prefix page into the other
+  // branches' first pages, indexer keys only (the indexer reads a branch through its pages; sparse MLA
+  // reads token slots). The copied keys are the prefix's, regenerated here as the draft stored them.
+  void copy_tails(const Step& step) {
+    using namespace attnserve;
+    if (step.tail_copies.empty()) return;
+    PhaseTimer t(stats_, Phase::index_store, s_.device);
+    const int64_t n = int64_t(step.tail_copies.size());
+    std::vector<int32_t> slots;
+    for (const TailCopy& c : step.tail_copies) slots.push_back(c.slot);
+    const TensorView loc = tail_loc_.upload(slots, DType::i32, {n});
+    for (int layer = 0; layer < num_layers(Worker::draft); ++layer) {
+      std::vector<bf16_t> keys(std::size_t(n * kIndexDim));
+      for (int64_t i = 0; i < n; ++i) {
+        const TailCopy& c = step.tail_copies[std::size_t(i)];
+        const StepRequest& req = step.reqs[std::size_t(c.req)];
+        fill_act(
+            &keys[std::size_t(i * kIndexDim)], kIndexDim,
+            act_key(s_.seed, Worker::draft, layer, Act::index_k, req.ids[std::size_t(c.entry)], req.position(c.entry)));
+      }
+      set_index_k({.k = tail_k_.upload(keys, DType::bf16, {n, kIndexDim}),
+                   .index_k_cache = draft_->index_keys.cache(layer),
+                   .loc = loc,
+                   .page_size = s_.page_size});
+    }
+  }
   const Worker_& worker(Worker w) const { return *(w == Worker::target ? target_ : draft_); }
   static bool ragged(attnserve::ForwardMode m) {
     return m == attnserve::ForwardMode::extend || m == attnserve::ForwardMode::draft_extend;
@@ -203,8 +235,11 @@ class DeepSeekModel final : public Model {
 
     if (!ragged(step.mode)) {
       // Decode-like rows: each row has its own row of the real page table and sees expanded[i] keys.
+      // Draft-tree verify rows score their request's prefix and whole tree: up to its context's entries.
       int64_t width = 1;
-      for (const QueryRow& r : rows) width = std::max<int64_t>(width, r.pos + 1);
+      for (const QueryRow& r : rows)
+        width = std::max<int64_t>(
+            width, step.topk > 1 ? int64_t(step.reqs[std::size_t(r.req)].slots.size()) : int64_t(r.pos) + 1);
       const TensorView logits = logits_.view(DType::f32, {T, width});
       indexer_paged({.q = q8,
                      .weights = w,
@@ -268,10 +303,12 @@ class DeepSeekModel final : public Model {
       r.ok = false, r.problem = std::move(why), r.err = INFINITY;
       return r;
     };
-    // The selection, as positions.
+    // The selection, as indices into the row's visible entries (positions 0 .. pos, or a draft tree
+    // row's prefix and path).
+    const std::vector<int32_t> entries = visible_entries(row);
     std::unordered_map<int32_t, int32_t> position_of;
-    for (int p = 0; p <= row.pos; ++p) position_of[req.slots[std::size_t(p)]] = p;
-    const int n = row.pos + 1, expected = std::min(n, K);
+    for (std::size_t v = 0; v < entries.size(); ++v) position_of[req.slots[std::size_t(entries[v])]] = int32_t(v);
+    const int n = int(entries.size()), expected = std::min(n, K);
     std::vector<int32_t> selected;
     std::vector<uint8_t> seen(static_cast<std::size_t>(n), 0);
     for (int j = 0; j < K; ++j) {
@@ -297,10 +334,12 @@ class DeepSeekModel final : public Model {
         weights[std::size_t(h)] = double(wr[std::size_t(h)]) * weight_factor() * q8.scales[std::size_t(h)];
       std::vector<IndexScore> scores(static_cast<std::size_t>(n));
 #pragma omp parallel for schedule(static) if (int64_t(n) * HI * kIndexDim >= kParallelWork)
-      for (int p = 0; p < n; ++p) {
+      for (int v = 0; v < n; ++v) {
+        const int32_t c = entries[std::size_t(v)];
         float kx[kIndexDim];
-        fill_act_bf16_rounded(kx, kIndexDim, act_key(s_.seed, w, layer, Act::index_k, req.ids[std::size_t(p)], p));
-        scores[std::size_t(p)] = index_score(q8, weights, quantize_fp8_row(kx, kIndexDim));
+        fill_act_bf16_rounded(kx, kIndexDim,
+                              act_key(s_.seed, w, layer, Act::index_k, req.ids[std::size_t(c)], req.position(c)));
+        scores[std::size_t(v)] = index_score(q8, weights, quantize_fp8_row(kx, kIndexDim));
       }
       r.topk_sparse = true;
       if (!is_a_best_selection(scores, selected))
@@ -311,8 +350,8 @@ class DeepSeekModel final : public Model {
     fill_act_bf16_rounded(q.data(), H * kRow, act_key(s_.seed, w, layer, Act::q, row.token, row.pos));
 #pragma omp parallel for schedule(static) if (selected.size() * kRow >= std::size_t(kParallelWork))
     for (std::size_t j = 0; j < selected.size(); ++j) {
-      const int p = selected[j];
-      const uint64_t token = req.ids[std::size_t(p)];
+      const int32_t c = entries[std::size_t(selected[j])], p = req.position(c);
+      const uint64_t token = req.ids[std::size_t(c)];
       float lat[kLatent], rope[kRope];
       fill_act_bf16_rounded(lat, kLatent, act_key(s_.seed, w, layer, Act::latent, token, p));
       fill_act_bf16_rounded(rope, kRope, act_key(s_.seed, w, layer, Act::rope, token, p));
@@ -334,6 +373,7 @@ class DeepSeekModel final : public Model {
   std::unique_ptr<Worker_> target_, draft_;
   std::unique_ptr<attnserve::SparseMultiStepBackend> draft_steps_;
   DeviceArray q_, latent_, rope_, iq_, iq8_, iscale_, iw_, ik_, logits_, gk_, gks_, gslots_, ks_, ke_, out_, loc_;
+  DeviceArray tail_k_{s_.device}, tail_loc_{s_.device};
   std::vector<attnserve::bf16_t> hq_, hlatent_, hrope_, hiq_, hik_;
   std::vector<float> hiw_;
 };

@@ -53,7 +53,8 @@ class DenseModel final : public Model {
   }
 
   void draft_decode(const Step& step, bool check) override {
-    const PassShape shape = plan_pass(*draft_steps_, step, step.batch_size(), s_, cache_.req_to_token, stats_);
+    const PassShape shape =
+        plan_pass(*draft_steps_, step, int64_t(step.batch_size()) * step.topk, s_, cache_.req_to_token, stats_);
     for (int i = 0; i < draft_steps_->num_backends(); ++i)
       run_layers(Worker::draft, draft_steps_->step(i), step, step.draft_rows(i), shape, check);
   }
@@ -70,7 +71,10 @@ class DenseModel final : public Model {
     c.softmax_scale = scale_;
     c.page_size = s_.page_size;
     c.attention_chunk_size = s_.local_chunk;
-    c.spec = {.draft_token_num = s_.draft_tokens, .num_steps = s_.spec ? s_.spec_steps : 0, .step_id = 0};
+    c.spec = {.draft_token_num = s_.draft_tokens,
+              .num_steps = s_.spec ? s_.spec_steps : 0,
+              .step_id = 0,
+              .topk = s_.spec ? s_.spec_topk : 1};
     c.capacity = capacity_of(s_, cache_);
     c.device = s_.device;
     c.req_to_token = cache_.req_to_token;
@@ -133,14 +137,20 @@ class DenseModel final : public Model {
                      const std::vector<attnserve::bf16_t>& out, int i) const {
     const int hq = s_.heads, hkv = s_.kv_heads, d = s_.head_dim;
     const StepRequest& req = step.reqs[std::size_t(row.req)];
-    const int first = is_local(w, layer) ? row.pos / s_.local_chunk * s_.local_chunk : 0;
-    const int64_t n = row.pos - first + 1;
+    // The context entries the row sees: positions first .. pos (a local layer's chunk), or a draft
+    // tree row's prefix and path.
+    std::vector<int32_t> entries = visible_entries(row);
+    if (is_local(w, layer)) {
+      const int first = row.pos / s_.local_chunk * s_.local_chunk;
+      entries.erase(entries.begin(), entries.begin() + first);
+    }
+    const int64_t n = int64_t(entries.size());
     std::vector<float> q(std::size_t(hq) * d), kk(std::size_t(n * hkv * d)), vv(kk.size());
     fill_act_bf16_rounded(q.data(), hq * d, act_key(s_.seed, w, layer, Act::q, row.token, row.pos));
 #pragma omp parallel for schedule(static) if (n * hkv * d >= kParallelWork)
     for (int64_t j = 0; j < n; ++j) {
-      const int p = first + int(j);
-      const uint64_t token = req.ids[std::size_t(p)];
+      const int32_t c = entries[std::size_t(j)], p = req.position(c);
+      const uint64_t token = req.ids[std::size_t(c)];
       fill_act_bf16_rounded(&kk[std::size_t(j * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::k, token, p));
       fill_act_bf16_rounded(&vv[std::size_t(j * hkv * d)], hkv * d, act_key(s_.seed, w, layer, Act::v, token, p));
     }

@@ -43,6 +43,7 @@ inline SchedulerConfig scheduler_config(const Settings& s) {
   c.prefill_budget = s.prefill_budget;
   c.spec_steps = s.spec ? s.spec_steps : 0;
   c.draft_tokens = s.spec ? s.draft_tokens : 0;
+  c.spec_topk = s.spec ? s.spec_topk : 1;
   c.spec_max_bs = s.spec_max_bs;
   c.seed = s.seed;
   return c;
@@ -72,6 +73,7 @@ inline TraceResult run_trace(const Settings& s) {
       "EAGLE %s\n",
       s.requests, s.min_prompt, s.max_prompt, s.max_output, s.max_bs, s.prefill_budget,
       s.spec ? ("num_steps " + std::to_string(s.spec_steps) + ", draft tokens " + std::to_string(s.draft_tokens) +
+                (s.spec_topk > 1 ? ", draft trees of topk " + std::to_string(s.spec_topk) : std::string()) +
                 ", batches <= " + std::to_string(s.spec_max_bs))
                    .c_str()
              : "off");

@@ -34,7 +34,7 @@ class Model {
 };
 
 inline attnserve::PlanCapacity capacity_of(const Settings& s, const CacheShape& c) {
-  const int per_request = std::max(1, s.draft_tokens);
+  const int per_request = std::max({1, s.draft_tokens, s.spec_topk});
   return {.max_bs = s.max_bs,
           .max_num_tokens = std::max(s.prefill_budget, s.max_bs * per_request),
           .max_context_len = c.max_context};
@@ -52,8 +52,9 @@ inline std::vector<int> graph_batch_sizes(int graph_max_bs) {
   return sizes;
 }
 inline bool graph_mode(attnserve::ForwardMode m) { return attnserve::is_graph_capturable(m); }
-inline int graph_rows_per_request(attnserve::ForwardMode m, int draft_tokens) {
-  return m == attnserve::ForwardMode::target_verify || m == attnserve::ForwardMode::draft_extend ? draft_tokens : 1;
+inline int graph_rows_per_request(attnserve::ForwardMode m, int draft_tokens, int topk) {
+  if (m == attnserve::ForwardMode::target_verify || m == attnserve::ForwardMode::draft_extend) return draft_tokens;
+  return m == attnserve::ForwardMode::draft_decode ? topk : 1;  // draft trees: one row per branch
 }
 // The captured batch size a step runs on (0: eager).
 inline int graph_bs_for(const Settings& s, const Step& step) {
@@ -79,7 +80,7 @@ PassShape plan_pass(Backend& b, const Step& step, int64_t live_rows, const Setti
     return {live_rows, false};
   }
   b.init_forward_metadata_replay_cuda_graph(g, step.batch(r2t));
-  return {int64_t(g) * graph_rows_per_request(step.mode, s.draft_tokens), true};
+  return {int64_t(g) * graph_rows_per_request(step.mode, s.draft_tokens, s.spec_topk), true};
 }
 
 // Captures every graph the worker's backends run: target decode and verify; draft decode, draft
@@ -90,7 +91,7 @@ void capture_graphs(const Settings& s, Backend& b, Worker w, MultiStep* steps) {
   using attnserve::ForwardMode;
   const int D = std::max(1, s.draft_tokens);
   b.init_cuda_graph_state(s.graph_max_bs, s.graph_max_bs * D);
-  if (steps) steps->init_cuda_graph_state(s.graph_max_bs, s.graph_max_bs);
+  if (steps) steps->init_cuda_graph_state(s.graph_max_bs, s.graph_max_bs * std::max(1, s.spec_topk));
   for (int bs : graph_batch_sizes(s.graph_max_bs)) {
     b.init_forward_metadata_capture_cuda_graph(bs, bs, ForwardMode::decode);
     if (s.spec && w == Worker::target)

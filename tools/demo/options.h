@@ -1,6 +1,7 @@
 // Demo options: the command line, and the settings each model runs with once the device's defaults
 // fill in what the command line left out (small on the CPU, larger on a GPU).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -21,7 +22,7 @@ struct Options {
   std::optional<attnserve::DeviceType> device;  // unset: CUDA if a GPU is present, else the CPU
   std::optional<int> requests, min_prompt, max_prompt, max_output, layers, heads, index_heads, topk;
   std::optional<int> max_bs, prefill_budget, kv_tokens, local_chunk, check_every, progress_every;
-  std::optional<int> spec_steps, draft_tokens, spec_max_bs, graph_max_bs;
+  std::optional<int> spec_steps, draft_tokens, spec_max_bs, graph_max_bs, eagle_topk;
   bool spec = true;
   uint64_t seed = 1;
   bool quiet = false;
@@ -47,6 +48,7 @@ struct Settings {
   int max_bs = 0, prefill_budget = 0, kv_tokens = 0;
   bool spec = true;
   int spec_steps = 0, draft_tokens = 0, spec_max_bs = 0;
+  int spec_topk = 1;     // EAGLE branches per draft step; > 1: draft trees of draft_tokens tokens
   int graph_max_bs = 0;  // decode-like batches up to this size replay captured metadata (0: none)
   // Demo.
   uint64_t seed = 1;
@@ -82,6 +84,9 @@ inline const char* kUsage =
     "  --kv-tokens N                 KV pool size in tokens\n"
     "  --spec on|off                 EAGLE speculative decoding (default on)\n"
     "  --steps N --draft-tokens N    EAGLE num_steps and draft tokens (default 3 and steps + 1)\n"
+    "  --eagle-topk N                EAGLE draft trees: N branches per draft step and a tree of draft-tokens\n"
+    "                                (<= 64; default 1 + N x (steps - 1)) verified at once; default 1 (chains).\n"
+    "                                The dense model then has no local layers\n"
     "  --spec-max-bs N               decode batches larger than this decode plainly (default 3/4 of max-bs)\n"
     "  --graph-max-bs N              decode-like batches up to N run on captured CUDA-graph metadata,\n"
     "                                replayed each step (padded batch sizes); larger ones plan eagerly.\n"
@@ -154,6 +159,7 @@ inline Options parse_options(int argc, char** argv) {
     else if (a == "--kv-tokens") integer(o.kv_tokens);
     else if (a == "--steps") integer(o.spec_steps);
     else if (a == "--draft-tokens") integer(o.draft_tokens);
+    else if (a == "--eagle-topk") integer(o.eagle_topk);
     else if (a == "--spec-max-bs") integer(o.spec_max_bs);
     else if (a == "--graph-max-bs") integer(o.graph_max_bs);
     else if (a == "--check-every") integer(o.check_every);
@@ -187,7 +193,8 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
     s.kv_heads = 8;
     s.head_dim = 128;
     s.page_size = 16;
-    s.local_chunk = o.local_chunk.value_or(gpu ? 1024 : 64);
+    // Draft trees need full-attention layers (the dense backend has no trees on local layers yet).
+    s.local_chunk = o.local_chunk.value_or(o.spec && o.eagle_topk.value_or(1) > 1 ? 0 : gpu ? 1024 : 64);
     s.max_bs = o.max_bs.value_or(gpu ? 48 : 8);
     s.prefill_budget = o.prefill_budget.value_or(gpu ? 8192 : 128);
   } else {
@@ -205,14 +212,17 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
   }
   s.arrival_gap = gpu ? 2 : 1;
   s.spec_steps = o.spec_steps.value_or(3);
-  s.draft_tokens = s.spec ? o.draft_tokens.value_or(s.spec_steps + 1) : 0;
+  s.spec_topk = s.spec ? o.eagle_topk.value_or(1) : 1;
+  const int default_draft = s.spec_topk > 1 ? std::min(64, 1 + s.spec_topk * (s.spec_steps - 1)) : s.spec_steps + 1;
+  s.draft_tokens = s.spec ? o.draft_tokens.value_or(default_draft) : 0;
   s.spec_max_bs = o.spec_max_bs.value_or(std::max(1, s.max_bs * 3 / 4));
   s.graph_max_bs = o.graph_max_bs.value_or(std::max(1, s.max_bs / 2));
   s.check_every = o.check_every.value_or(gpu ? 32 : 3);
   s.progress_every = o.progress_every.value_or(gpu ? 25 : 5);
   s.check_rows = gpu ? 3 : 6;
   // The pool holds about half of what the admitted requests could need at most: requests queue.
-  const int per_request = s.max_prompt + s.max_output + s.draft_tokens + s.page_size;
+  int per_request = s.max_prompt + s.max_output + std::max(s.draft_tokens, s.spec_steps) + s.page_size;
+  if (s.spec_topk > 1) per_request += (s.spec_topk - 1) * (2 * s.page_size + s.spec_steps);  // other branches
   s.kv_tokens = o.kv_tokens.value_or(std::max(per_request * std::max(1, s.max_bs / 2), 2 * per_request));
 
   require(s.requests >= 1, "--requests must be >= 1");
@@ -227,12 +237,19 @@ inline Settings resolve(const Options& o, ModelKind model, attnserve::Device dev
                                           std::to_string(per_request) + " with a page of slack)");
   if (s.spec) {
     require(s.spec_steps >= 2, "--steps must be >= 2 (the last draft step only samples)");
-    require(s.draft_tokens >= 2 && s.draft_tokens <= s.spec_steps + 1,
-            "--draft-tokens must be in [2, steps + 1] (the pending token and the drafted ones)");
+    require(s.spec_topk >= 1, "--eagle-topk must be >= 1");
+    if (s.spec_topk == 1)
+      require(s.draft_tokens >= 2 && s.draft_tokens <= s.spec_steps + 1,
+              "--draft-tokens must be in [2, steps + 1] (the pending token and the drafted ones)");
+    else
+      require(s.draft_tokens >= 2 && s.draft_tokens <= 64 && s.spec_topk * (s.spec_steps - 1) <= 64,
+              "draft trees: --draft-tokens must be in [2, 64] and eagle-topk x (steps - 1) <= 64");
   }
   if (dense) {
     require(s.heads >= 1 && s.heads % s.kv_heads == 0, "--heads must be a multiple of 8 (h_kv) for the dense model");
     require(s.local_chunk % s.page_size == 0, "--local-chunk must be a multiple of the page size 16");
+    require(s.spec_topk == 1 || s.local_chunk == 0,
+            "--eagle-topk > 1 needs --local-chunk 0 (no trees on local layers)");
   } else {
     require(s.heads >= 1, "--heads must be >= 1");
     require(s.index_heads >= 1, "--index-heads must be >= 1");

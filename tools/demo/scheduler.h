@@ -8,6 +8,11 @@
 //   - EAGLE rounds (topk 1): draft decode over num_steps, target verify of draft_tokens tokens, a
 //     random accepted length 1 .. draft_tokens, draft extend over the accepted tokens; the pages of the
 //     rejected tokens go back;
+//   - EAGLE draft trees (topk > 1): draft decode with topk branches per step (branch 0 runs the tree's
+//     spine, the other branches their own tokens in slots of their own pages), target verify of a tree
+//     of draft_tokens tokens (a spine of min(draft_tokens, num_steps) tokens, the rest random
+//     branches), a random accepted length along the spine (so the accepted tokens already sit at their
+//     positions' slots), draft extend over them;
 //   - finished requests free their pages and their row.
 // Steps come out as Step: the BatchSpec arrays of a forward pass plus, per query row, the position,
 // token and slot, and per request its context (token ids and slots by position) for the oracle.
@@ -35,28 +40,56 @@ namespace demo {
 using attnserve::ForwardMode;
 
 // One query row of a forward pass: its request (index into Step::reqs), absolute position, token,
-// and the slot its KV is stored at (out_cache_loc). It attends to positions 0 .. pos of its request.
+// and the slot its KV is stored at (out_cache_loc). It attends to positions 0 .. pos of its request;
+// in a draft tree (prefix >= 0) to the context entries 0 .. prefix - 1 and `path` instead (its
+// ancestors and itself, root first).
 struct QueryRow {
   int req = 0;
   int32_t pos = 0;
   uint64_t token = 0;
   int32_t slot = 0;
+  int32_t prefix = -1;
+  std::vector<int32_t> path;  // context entries (StepRequest indices) after the prefix
 };
 
-// A request as a pass sees it: its table row and the token ids and slots of positions 0 .. ctx - 1.
+// A request as a pass sees it: its table row and the token ids and slots of its context entries,
+// entry c at position c (draft trees: at pos[c], and entries past the table for the other branches).
 struct StepRequest {
   int id = 0;
   int32_t row = 0;
   std::vector<uint64_t> ids;
   std::vector<int32_t> slots;
+  std::vector<int32_t> pos;  // empty: entry c is at position c
+  int32_t position(int32_t c) const { return pos.empty() ? c : pos[std::size_t(c)]; }
+};
+
+// The context entries a row attends to, in position order.
+inline std::vector<int32_t> visible_entries(const QueryRow& r) {
+  std::vector<int32_t> v;
+  const int32_t n = r.prefix >= 0 ? r.prefix : r.pos + 1;
+  for (int32_t c = 0; c < n; ++c) v.push_back(c);
+  v.insert(v.end(), r.path.begin(), r.path.end());
+  return v;
+}
+
+// Draft trees: a key of a request's context copied to another slot (the prefix's partial last page
+// duplicated into a branch's first page, so the indexer reads it there through the branch's pages).
+struct TailCopy {
+  int req = 0;
+  int32_t entry = 0;  // context entry (StepRequest index)
+  int32_t slot = 0;   // the copy's slot
 };
 
 struct Step {
   ForwardMode mode = ForwardMode::idle;
   std::vector<StepRequest> reqs;
   std::vector<int32_t> seq_lens, req_pool_indices, extend_seq_lens, extend_prefix_lens, draft_slots;
-  std::vector<QueryRow> rows;  // request-major; draft_decode: per draft step, draft_rows(i)
-  int num_steps = 0;           // draft_decode: columns of draft_slots
+  std::vector<QueryRow> rows;         // request-major; draft_decode: per draft step, draft_rows(i)
+  int num_steps = 0;                  // draft_decode: columns of draft_slots
+  int topk = 1;                       // draft trees: branches per draft step (draft_slots [bs, topk, num_steps])
+  std::vector<int32_t> tree_parents;  // target_verify with draft trees: [bs, draft_tokens]
+  std::vector<std::vector<QueryRow>> branch_rows;  // draft_decode with draft trees: per step, bs * topk rows
+  std::vector<TailCopy> tail_copies;               // draft_decode with draft trees: before step 0
 
   int batch_size() const { return int(reqs.size()); }
   attnserve::BatchSpec batch(const attnserve::TensorView& req_to_token) const {
@@ -67,11 +100,14 @@ struct Step {
     b.extend_seq_lens = extend_seq_lens;
     b.extend_prefix_lens = extend_prefix_lens;
     b.draft_slots = draft_slots;
+    b.tree_parents = tree_parents;
     b.req_to_token = req_to_token;
     return b;
   }
-  // Draft decode step i: every request's token at position seq_len + i, stored at draft_slots[r, i].
+  // Draft decode step i: every request's token at position seq_len + i, stored at draft_slots[r, i]
+  // (draft trees: one row per branch, branch_rows[i]).
   std::vector<QueryRow> draft_rows(int i) const {
+    if (topk > 1) return branch_rows[std::size_t(i)];
     std::vector<QueryRow> out;
     for (int r = 0; r < batch_size(); ++r) {
       const int32_t pos = seq_lens[std::size_t(r)] + i;
@@ -83,7 +119,8 @@ struct Step {
 
 struct SpecRound {
   Step draft_decode, verify, draft_extend;
-  std::vector<int> accepted;  // per request of the round (accept())
+  std::vector<int> accepted;          // per request of the round (accept())
+  std::vector<int32_t> branch_slots;  // draft trees: the other branches' slots, freed after the round
 };
 
 struct SchedulerConfig {
@@ -93,7 +130,8 @@ struct SchedulerConfig {
   int max_context = 0;     // ReqToTokenPool row width (every position a request may reach)
   int prefill_budget = 1;  // prefill tokens per step
   int spec_steps = 0;      // EAGLE num_steps; 0 = no speculative decoding
-  int draft_tokens = 0;    // EAGLE draft tokens (verify rows per request), 2 .. spec_steps + 1
+  int draft_tokens = 0;    // EAGLE draft tokens (verify rows per request), 2 .. spec_steps + 1 (trees: <= 64)
+  int spec_topk = 1;       // EAGLE branches per draft step; > 1: draft trees
   int spec_max_bs = 0;     // decode batches larger than this decode plainly
   uint64_t seed = 1;
 };
@@ -253,6 +291,7 @@ class Scheduler {
   // pending token at L and the drafted tokens after it. Draft decode step i runs the token at L + i
   // (steps 0 .. num_steps - 2; the last step only samples); verify runs positions L .. L + D - 1.
   SpecRound spec_round() {
+    if (cfg_.spec_topk > 1) return tree_round();
     const int S = cfg_.spec_steps, D = cfg_.draft_tokens, A = std::max(D, S);
     SpecRound round;
     Step& dd = round.draft_decode;
@@ -282,17 +321,105 @@ class Scheduler {
     note_pages();
     return round;
   }
-  // Verify's outcome: 1 .. draft_tokens tokens accepted per request (no more than it still needs),
-  // and the draft extend over them.
+  // A draft-tree round. Per request, positions L .. L + A - 1 get slots as in a chain round; the
+  // verify tree's token t sits at table position L + t (EAGLE's verify allocation) and at position
+  // L + depth(t). Tokens 0 .. m - 1 (m = min(D, S)) are a chain, the spine (depth = index, so an
+  // accepted prefix of it needs no KV move); the others hang off random earlier tokens. Draft decode
+  // has topk branches: branch 0 runs the spine's tokens (positions L + s, the table's slots), branch
+  // b > 0 its own tokens, in fresh pages at the same page offsets (slot % P == position % P, as the
+  // sparse backend's indexer needs); those context entries follow the table's in the step's request.
+  SpecRound tree_round() {
+    const int S = cfg_.spec_steps, D = cfg_.draft_tokens, A = std::max(D, S), K = cfg_.spec_topk, P = cfg_.page_size;
+    const int m = std::min(D, S);
+    SpecRound round;
+    Step& dd = round.draft_decode;
+    Step& tv = round.verify;
+    dd.mode = ForwardMode::draft_decode;
+    dd.num_steps = S;
+    dd.topk = K;
+    dd.branch_rows.resize(std::size_t(S));
+    tv.mode = ForwardMode::target_verify;
+    tv.topk = K;
+    const std::vector<int> picked = decoding();
+    std::vector<attnserve::SlotAllocator::ExtendRequest> ext;
+    for (int i : picked) {
+      Request& r = reqs_[std::size_t(i)];
+      for (int k = 1; k < A; ++k) r.ids.push_back(rng_());
+      ext.push_back({r.committed, r.slots.back(), A});
+    }
+    const std::vector<int32_t> locs = alloc_.alloc_extend(ext);
+    // The other branches: per request and branch a fresh stretch of positions 0 .. L % P + S - 1, of
+    // which L % P .. L % P + S - 1 hold the branch's steps.
+    std::vector<attnserve::SlotAllocator::ExtendRequest> bext;
+    for (int i : picked)
+      for (int b = 1; b < K; ++b) bext.push_back({0, -1, reqs_[std::size_t(i)].committed % P + S});
+    const std::vector<int32_t> blocs = alloc_.alloc_extend(bext);
+    round.branch_slots = blocs;
+    std::size_t bnext = 0;
+    for (std::size_t k = 0; k < picked.size(); ++k) {
+      Request& r = reqs_[std::size_t(picked[k])];
+      const int L = r.committed, req = int(k);
+      append_slots(r, std::span(locs).subspan(k * std::size_t(A), std::size_t(A)));
+      // The tree.
+      std::vector<int32_t> parents(static_cast<std::size_t>(D)), depth(static_cast<std::size_t>(D), 0);
+      for (int t = 0; t < D; ++t) {
+        parents[std::size_t(t)] = t == 0 ? -1 : t < m ? t - 1 : int32_t(rng_() % uint64_t(t));
+        if (t > 0) depth[std::size_t(t)] = depth[std::size_t(parents[std::size_t(t)])] + 1;
+      }
+      tv.tree_parents.insert(tv.tree_parents.end(), parents.begin(), parents.end());
+      for (Step* s : {&dd, &tv}) {
+        add_request(*s, picked[k], L + A);
+        s->seq_lens.push_back(L);
+      }
+      StepRequest& vq = tv.reqs.back();
+      vq.pos.resize(std::size_t(L + A));
+      for (int c = 0; c < L + A; ++c) vq.pos[std::size_t(c)] = c < L || c >= L + D ? c : L + depth[std::size_t(c - L)];
+      for (int t = 0; t < D; ++t) {
+        QueryRow q{req, L + depth[std::size_t(t)], vq.ids[std::size_t(L + t)], vq.slots[std::size_t(L + t)], L, {}};
+        for (int j = t; j >= 0; j = parents[std::size_t(j)]) q.path.insert(q.path.begin(), L + j);
+        tv.rows.push_back(std::move(q));
+      }
+      // Draft decode: branch 0 = the table's positions L .. L + S - 1; branch b > 0 its own tokens,
+      // entries L + A + (b - 1) * S + s of the step's request.
+      StepRequest& dq = dd.reqs.back();
+      dq.pos.resize(std::size_t(L + A));
+      for (int c = 0; c < L + A; ++c) dq.pos[std::size_t(c)] = c;
+      for (int b = 1; b < K; ++b) {
+        for (int o = 0; o < L % P; ++o)  // the prefix's partial last page, duplicated into the branch's page
+          dd.tail_copies.push_back({req, L - L % P + o, blocs[bnext + std::size_t(o)]});
+        for (int s = 0; s < S; ++s) {
+          dq.ids.push_back(s == 0 ? dq.ids[std::size_t(L)] : rng_());  // every branch starts at the pending token
+          dq.slots.push_back(blocs[bnext + std::size_t(L % P + s)]);
+          dq.pos.push_back(L + s);
+        }
+        bnext += std::size_t(L % P + S);
+      }
+      auto entry = [&](int b, int s) { return b == 0 ? L + s : L + A + (b - 1) * S + s; };
+      for (int b = 0; b < K; ++b)
+        for (int s = 0; s < S; ++s) dd.draft_slots.push_back(dq.slots[std::size_t(entry(b, s))]);
+      for (int i = 0; i < S; ++i)
+        for (int b = 0; b < K; ++b) {
+          const int c = entry(b, i);
+          QueryRow q{req, L + i, dq.ids[std::size_t(c)], dq.slots[std::size_t(c)], L, {}};
+          for (int s = 0; s <= i; ++s) q.path.push_back(entry(b, s));
+          dd.branch_rows[std::size_t(i)].push_back(std::move(q));
+        }
+    }
+    note_pages();
+    return round;
+  }
+
+  // Verify's outcome: 1 .. draft_tokens tokens accepted per request (no more than it still needs;
+  // draft trees: along the spine, 1 .. min(draft_tokens, num_steps)), and the draft extend over them.
   void accept(SpecRound& round) {
     Step& de = round.draft_extend;
     de.mode = ForwardMode::draft_extend;
     const Step& tv = round.verify;
+    const int most = cfg_.spec_topk > 1 ? std::min(cfg_.draft_tokens, cfg_.spec_steps) : cfg_.draft_tokens;
     for (int k = 0; k < tv.batch_size(); ++k) {
       const Request& r = by_id(tv.reqs[std::size_t(k)].id);
       const int L = r.committed;
-      const int a =
-          std::min(std::uniform_int_distribution<int>(1, cfg_.draft_tokens)(rng_), r.spec.output_len - r.generated);
+      const int a = std::min(std::uniform_int_distribution<int>(1, most)(rng_), r.spec.output_len - r.generated);
       round.accepted.push_back(a);
       add_request(de, index_of(r.spec.id), L + a);
       de.seq_lens.push_back(L + a);
@@ -303,6 +430,7 @@ class Scheduler {
   }
   void finish_spec(const SpecRound& round) {
     const int P = cfg_.page_size;
+    if (!round.branch_slots.empty()) alloc_.free(round.branch_slots);
     for (std::size_t k = 0; k < round.accepted.size(); ++k) {
       Request& r = by_id(round.verify.reqs[k].id);
       const int a = round.accepted[k], kept = r.committed + a;
@@ -390,7 +518,11 @@ class Scheduler {
   int lookahead() const { return speculative() ? std::max(cfg_.draft_tokens, cfg_.spec_steps) : 1; }
   int positions_needed(const RequestSpec& s) const { return s.prompt_len + s.output_len + lookahead(); }
   int64_t pages_needed(const RequestSpec& s) const {
-    return (positions_needed(s) + cfg_.page_size - 1) / cfg_.page_size;
+    const int P = cfg_.page_size;
+    // Draft trees: each other branch's stretch of up to P - 1 + num_steps positions in fresh pages.
+    const int64_t branches =
+        speculative() && cfg_.spec_topk > 1 ? int64_t(cfg_.spec_topk - 1) * ((P - 1 + cfg_.spec_steps + P - 1) / P) : 0;
+    return (positions_needed(s) + P - 1) / P + branches;
   }
 
   void take_arrivals() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes src/cuda/common/sm90/wgmma_fp8_ops.inc: the FP8 (e4m3 x e4m3 -> f32) wgmma.mma_async wrappers,
-m64nNk32, A and B both K-major in shared memory (FP8 wgmma has no transpose: both operands K-major).
+m64nNk32: ss (A and B both K-major in shared memory; FP8 wgmma has no transpose: both operands K-major) and
+rs (A from registers, four .b32 of four e4m3 each: CUTLASS's ALayout_64x32; B K-major in shared memory).
 Rerun after changing this script:
   python3 tools/gen/gen_wgmma_fp8.py > src/cuda/common/sm90/wgmma_fp8_ops.inc
 """
@@ -22,6 +23,8 @@ def emit():
     print("""
 // FP8 e4m3 wgmma, D[64 x N] (+)= A[64 x 32] * B[32 x N]: A (M rows) and B (N rows) K-major SW128 tiles in
 // shared memory (32 fp8 = 32 bytes per k-step: a k-step adds 32 bytes to both descriptors' start addresses).
+// rs: A from registers, per thread a[r] = 4 consecutive k (low byte first) of row lane/4 + 8 (r % 2),
+// k = 4 (lane % 4) + 16 (r / 2) (+ 16 rows per warp of the warpgroup).
 template <int N>
 struct WgmmaFp8;""")
     for n in NS:
@@ -36,6 +39,14 @@ struct WgmmaFp8<{n}> {{
       "{{{regs(nacc, 0)}}}, %{nacc}, %{nacc + 1}, p, 1, 1;\\n}}\\n"
       : {outs(nacc)}
       : "l"(da), "l"(db), "r"(scale_d));
+  }}
+  static __device__ __forceinline__ void rs(float (&d)[{nacc}], const uint32_t (&a)[4], uint64_t db, int scale_d) {{
+    asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nacc + 5}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "
+      "{{{regs(nacc, 0)}}}, {{%{nacc}, %{nacc + 1}, %{nacc + 2}, %{nacc + 3}}}, %{nacc + 4}, p, 1, 1;\\n}}\\n"
+      : {outs(nacc)}
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
   }}
 }};""")
 

@@ -14,15 +14,19 @@ namespace attnserve {
 //                       && (window_right < 0 || j <= p + window_right).
 // Scores: s = softmax_scale * q.k; with softcap > 0, s = softcap * tanh(s / softcap).
 // Rows that see no key: out = 0, lse = -inf.
+// FP8 (FlashAttention-3's contract, what sglang passes for an FP8 KV cache): q, k_cache and v_cache
+// all fp8_e4m3, each dequantized by its optional per-(request, kv head) descale (query = fp8 *
+// q_descale for every query head of the kv head), out bf16 or f16.
 struct PagedAttentionArgs {
-  TensorView q;               // [total_q, h_q, d]            bf16 | f16 (f32 on the CPU)
-  TensorView k_cache;         // [num_pages, page_size, h_kv, d]  q's dtype | fp8_e4m3
+  TensorView q;               // [total_q, h_q, d]            bf16 | f16 | fp8_e4m3 (f32 on the CPU)
+  TensorView k_cache;         // [num_pages, page_size, h_kv, d]  q's dtype | fp8_e4m3 (fp8 q: fp8_e4m3)
   TensorView v_cache;         // [num_pages, page_size, h_kv, d_v] same dtype as k_cache
   TensorView page_table;      // [b, max_pages] i32 page ids
   TensorView cache_seqlens;   // [b] i32 keys per request
   TensorView cu_seqlens_q;    // [b + 1] i32 prefix sums of query rows
-  TensorView out;             // [total_q, h_q, d_v] q's dtype
+  TensorView out;             // [total_q, h_q, d_v] q's dtype; bf16 | f16 when q is fp8_e4m3
   TensorView lse{};           // optional [total_q, h_q] f32, natural log of the softmax denominator
+  TensorView q_descale{};     // optional [b, h_kv] f32 (fp8 q: query = fp8 * descale)
   TensorView k_descale{};     // optional [b, h_kv] f32 (fp8 cache: key = fp8 * descale)
   TensorView v_descale{};     // optional [b, h_kv] f32
   int max_seqlen_q = 0;       // upper bound of per-request query rows (required on CUDA)
@@ -38,10 +42,13 @@ void paged_attention(const PagedAttentionArgs& a, Workspace ws = {}, Stream stre
 
 // MLA, absorbed form: one latent KV head; score = q_nope.c_kv + q_rope.k_rope, value = c_kv.
 // kv_cache rows are [c_kv (d_v) | k_rope (d_rope)]. Same paging, masking and options as above.
+// An FP8-656 cache (u8 rows of 656 bytes, DeepSeek-V3.2's format, cache_formats.h: 512 e4m3 latent
+// values, 4 f32 scales, 64 bf16 rope values) needs d_v 512 and d_rope 64; each token is dequantized
+// (fp8 * scale) and then used as a bf16 cache row would be.
 struct MlaAttentionArgs {
   TensorView q_nope;         // [total_q, h_q, d_v]    bf16 (f32 on the CPU)
   TensorView q_rope;         // [total_q, h_q, d_rope]
-  TensorView kv_cache;       // [num_pages, page_size, 1, d_v + d_rope] q's dtype
+  TensorView kv_cache;       // [num_pages, page_size, 1, d_v + d_rope] q's dtype, or [.., 1, 656] u8 (FP8-656)
   TensorView page_table;     // [b, max_pages] i32
   TensorView cache_seqlens;  // [b] i32
   TensorView cu_seqlens_q;   // [b + 1] i32

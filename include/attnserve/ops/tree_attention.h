@@ -27,6 +27,12 @@ struct TreeAttentionArgs {
   TensorView out;           // [total_q, h_q, d_v] q's dtype
   TensorView lse{};         // optional [total_q, h_q] f32, natural log of the softmax denominator
   TensorView q_rope{};      // optional [total_q, h_q, d_rope] q's dtype (MLA split form)
+  // Optional, together: the prefix part's state (its output and LSE). When given, the tree part's
+  // state is merged with it by LSE (as merge_state) and the merged result is written to `out`, and to
+  // `lse` when given. prefix_out may be `out` itself (merged in place). An infinite prefix LSE (either
+  // sign) is a state without keys.
+  TensorView prefix_out{};  // [total_q, h_q, d_v] q's dtype
+  TensorView prefix_lse{};  // [total_q, h_q] f32
   int max_seqlen_q = 0;     // upper bound of per-request query rows (the CUDA grid; required on CUDA)
   float softmax_scale = 0.f;
   float softcap = 0.f;

@@ -8,6 +8,7 @@
 #include "cuda/merge/merge.cuh"
 #ifdef ATTNSERVE_HAVE_SM90
 #include "cuda/attention/sm90/attention_sm90.h"
+#include "cuda/attention/sm90/attention_sm90_fp8.h"
 #endif
 
 namespace attnserve::cuda::attn {
@@ -87,6 +88,11 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
     p.vds_sb = a.v_descale.stride(0);
     p.vds_sh = a.v_descale.stride(1);
   }
+  if (!a.q_descale.empty_view()) {
+    p.q_descale = static_cast<const float*>(a.q_descale.data);
+    p.qds_sb = a.q_descale.stride(0);
+    p.qds_sh = a.q_descale.stride(1);
+  }
   p.total_q = total_q;
   p.h_q = h_q;
   p.h_kv = h_kv;
@@ -100,6 +106,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
   p.page_shift = -1;
   for (int sh = 0; sh < 31 && c.page_shifts; ++sh)
     if ((1 << sh) == p.page_size) p.page_shift = sh;
+  p.page_runs = c.page_runs;
   p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
   p.softcap = a.softcap;
   p.causal = a.causal ? 1 : 0;
@@ -109,8 +116,25 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
   p.part_o = w.part_o;
   p.part_lse = w.part_lse;
   cudaStream_t s = to_cuda(stream);
+  if (c.kernel == Kernel::sm80 && a.q.dtype == DType::fp8_e4m3) {
+    // The portable kernel reads q in out's dtype: widen it (exact) into the workspace; q_descale
+    // stays a per-(request, kv head) factor the kernel folds into k_descale's.
+    launch_widen_fp8_q(p.q, p.q_st, p.q_sh, total_q, h_q, d, w.q_wide, a.out.dtype, s);
+    ATTNSERVE_CUDA_CHECK_LAUNCH();
+    p.q = static_cast<const char*>(w.q_wide);
+    p.q_st = int64_t(h_q) * d;
+    p.q_sh = d;
+  }
   switch (c.kernel) {
     case Kernel::sm80: launch_sm80(p, c, b, s); break;
+    case Kernel::sm90_fp8:
+#ifdef ATTNSERVE_HAVE_SM90
+      attn90::launch_paged_attention_fp8(p, a.out.dtype, d, c.m_blocks, b, s);
+      ATTNSERVE_CUDA_CHECK_LAUNCH();
+      return;
+#else
+      ATTNSERVE_FAIL(kOp, ": the plan runs ", kernel_name(c.kernel), ", which this build does not carry");
+#endif
     case Kernel::sm90_coop:
     case Kernel::sm90_warp_specialized:
     case Kernel::sm90_ping_pong:

@@ -8,6 +8,7 @@
 #include "attnserve/error.h"
 #include "cuda/attention/sm80/config.h"
 #include "cuda/attention/sm90/config.h"
+#include "cuda/attention/sm90/fp8_config.h"
 
 namespace attnserve::cuda::attn {
 namespace {
@@ -35,6 +36,13 @@ bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t, i
          p.kv_token_stride * 2 <= INT32_MAX;
 }
 
+// The Hopper FP8 kernel: q, K and V fp8_e4m3 (sm90/fp8_config.h's head dims, d_v = d).
+bool sm90_fp8_supports(const Problem& p, const DeviceCaps& caps, const Targets& t) {
+  return t.sm90a && caps.arch == 90 && p.dtype == DType::fp8_e4m3 && p.kv_dtype == DType::fp8_e4m3 &&
+         attn90::Fp8HeadDims::contains(p.d) && p.d_v == p.d && !p.deterministic &&
+         attn90::fp8_smem_bytes(p.d) <= caps.smem_per_block && p.kv_token_stride <= INT32_MAX;
+}
+
 }  // namespace
 
 const char* kernel_name(Kernel k) {
@@ -44,6 +52,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::sm90_warp_specialized: return "sm90_warp_specialized";
     case Kernel::sm90_ping_pong: return "sm90_ping_pong";
     case Kernel::sm90_ping_pong_eager: return "sm90_ping_pong_eager";
+    case Kernel::sm90_fp8: return "sm90_fp8";
   }
   return "?";
 }
@@ -71,13 +80,16 @@ Problem problem_of(const PagedAttentionArgs& a) {
                  .dtype = a.q.dtype,
                  .out_dtype = a.out.dtype,
                  .kv_dtype = a.k_cache.dtype,
-                 .descale = !a.k_descale.empty_view() || !a.v_descale.empty_view(),
+                 .descale = !a.q_descale.empty_view() || !a.k_descale.empty_view() || !a.v_descale.empty_view(),
                  .deterministic = a.deterministic};
 }
 
 Support can_implement(const Problem& p, const DeviceCaps& caps) {
-  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
-    return unsupported(kOp, ": q must be bf16 or f16 on CUDA, got ", dtype_name(p.dtype));
+  const bool fp8_q = p.dtype == DType::fp8_e4m3;
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16 && !fp8_q)
+    return unsupported(kOp, ": q must be bf16, f16 or fp8_e4m3 on CUDA, got ", dtype_name(p.dtype));
+  if (fp8_q && p.kv_dtype != DType::fp8_e4m3)
+    return unsupported(kOp, ": an fp8_e4m3 q needs an fp8_e4m3 k_cache, got ", dtype_name(p.kv_dtype));
   if (p.kv_dtype != p.dtype && p.kv_dtype != DType::fp8_e4m3)
     return unsupported(kOp, ": k_cache must have q's dtype or fp8_e4m3 on CUDA, got ", dtype_name(p.kv_dtype));
   if (!HeadDims::contains(p.d, p.d_v)) {
@@ -85,7 +97,8 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
     return unsupported(kOp, ": CUDA supports head dims (q/k or q/k/v) ", HeadDims::str(), "; q and k_cache have ", p.d,
                        ", v_cache ", p.d_v);
   }
-  if (p.out_dtype != p.dtype) return unsupported(kOp, ": out must have q's dtype");
+  if (fp8_q ? (p.out_dtype != DType::bf16 && p.out_dtype != DType::f16) : p.out_dtype != p.dtype)
+    return unsupported(kOp, fp8_q ? ": out must be bf16 or f16 for an fp8_e4m3 q" : ": out must have q's dtype");
   if (p.num_pages * p.page_size >= (int64_t(1) << 31))
     return unsupported(kOp, ": pool too large for 32-bit slot indices");
   if (p.total_q > 0 && p.max_seqlen_q <= 0)
@@ -117,10 +130,15 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   c.m_blocks = ceil_div(rows_max, 16 * c.mt);
 
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
+  // Tuning::ctas = 3 (MT = 1, d <= 128): the deepest that lets three share one (2 stages at d 128).
   const std::size_t per_block = caps.smem_per_block;
   const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;
+  const std::size_t three_ctas = (per_block + 1024) / 3 - 1024;
+  const bool want3 = tune.ctas == 3 && supports_three_ctas(row, c.mt);
   const int smax = max_stages_for(row, fp8);
   c.stages = 0;
+  for (int s = smax; s >= 2 && !c.stages && want3; --s)
+    if (smem_bytes(row, fp8, c.mt, s) <= three_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
     if (smem_bytes(row, fp8, c.mt, s) <= two_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
@@ -129,13 +147,16 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(row, fp8, c.mt, 2),
                   " bytes of shared memory per block, the device allows ", per_block);
   c.smem = smem_bytes(row, fp8, c.mt, c.stages);
-  const int ctas_per_sm = c.smem <= two_ctas ? 2 : 1;
+  // Three CTAs per SM also need the 168-register kernel (launch: __launch_bounds__(128, 3)).
+  c.ctas_per_sm = want3 && c.smem <= three_ctas ? 3 : c.smem <= two_ctas ? 2 : 1;
+  const int ctas_per_sm = c.ctas_per_sm;
 
   const int64_t max_keys = p.max_pages * p.page_size;
   const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), tile_keys(c.mt));
   if (p.deterministic) {
-    c.split_keys = kDeterministicSplitKeys;
-    c.num_splits = std::max(1, ceil_div(max_keys, kDeterministicSplitKeys));
+    c.split_keys =
+        tune.split_keys > 0 ? int(ceil_div(tune.split_keys, kTileKeys)) * kTileKeys : kDeterministicSplitKeys;
+    c.num_splits = std::max(1, ceil_div(max_keys, c.split_keys));
   } else {
     c.split_keys = 0;
     // >= 2 key tiles per split
@@ -143,22 +164,33 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, max_tiles));
   }
   c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
+  c.page_runs = tune.page_runs == 0 ? 0 : 1;
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
-  const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0;
+  const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0 || tune.ctas != 0 || tune.page_runs >= 0;
   // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
   // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..4
   // forces one.
   const int variant = tune.sm90 >= attn90::kCoop && tune.sm90 <= attn90::kPingPongEager ? tune.sm90 : attn90::kPingPong;
   const bool want90 =
       tune.sm90 > 0 || (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
-  if (want90 && sm90_supports(p, caps, targets, variant)) {
+  if (want90 && p.dtype == DType::fp8_e4m3) {
+    if (sm90_fp8_supports(p, caps, targets)) {
+      c.kernel = Kernel::sm90_fp8;
+      c.num_splits = 1;
+      c.split_keys = 0;
+      c.m_blocks = ceil_div(rows_max, attn90::kRows);
+      c.smem = attn90::fp8_smem_bytes(d);
+      c.ctas_per_sm = 1;
+    }
+  } else if (want90 && sm90_supports(p, caps, targets, variant)) {
     c.kernel = Kernel(variant);
     c.num_splits = 1;
     c.split_keys = 0;
     c.m_blocks = ceil_div(rows_max, attn90::kRows);
     c.smem = attn90::smem_bytes(d, p.d_v, variant);
+    c.ctas_per_sm = 1;
   }
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
   return c;
@@ -166,12 +198,16 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
 
 WorkspaceLayout workspace_layout(const Plan& plan, void* base) {
   WorkspaceLayout l;
-  if (plan.kernel != Kernel::sm80 || plan.num_splits <= 1) return l;
+  const bool widen_q = plan.kernel == Kernel::sm80 && plan.problem.dtype == DType::fp8_e4m3;
+  if (plan.kernel != Kernel::sm80 || (plan.num_splits <= 1 && !widen_q)) return l;
   const std::size_t rows = std::size_t(plan.problem.total_q) * std::size_t(plan.problem.h_q);
   const std::size_t splits = std::size_t(plan.num_splits);
   WorkspaceCarver carve(base);
-  l.part_o = carve.take<float>(splits * rows * std::size_t(plan.problem.d_v));
-  l.part_lse = carve.take<float>(splits * rows);
+  if (plan.num_splits > 1) {
+    l.part_o = carve.take<float>(splits * rows * std::size_t(plan.problem.d_v));
+    l.part_lse = carve.take<float>(splits * rows);
+  }
+  if (widen_q) l.q_wide = carve.take<uint16_t>(rows * std::size_t(plan.problem.d));
   l.bytes = carve.bytes();
   return l;
 }

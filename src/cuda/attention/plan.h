@@ -26,7 +26,7 @@ struct Problem {
   DType dtype = DType::bf16;  // q
   DType out_dtype = DType::bf16;
   DType kv_dtype = DType::bf16;  // k_cache and v_cache
-  bool descale = false;          // k_descale or v_descale given
+  bool descale = false;          // q_descale, k_descale or v_descale given
   bool deterministic = false;
   bool operator==(const Problem&) const = default;
 };
@@ -39,6 +39,7 @@ enum class Kernel : int {
   sm90_warp_specialized = 2,
   sm90_ping_pong = 3,
   sm90_ping_pong_eager = 4,  // the session-3 ping-pong, an A/B baseline (forced only)
+  sm90_fp8 = 8,              // Hopper FP8 ping-pong: q, K, V fp8_e4m3 on FP8 wgmma (sm90/fp8_config.h)
 };
 const char* kernel_name(Kernel k);
 
@@ -51,6 +52,8 @@ struct Plan {
   int split_keys = 0;        // > 0: fixed split size in keys (deterministic); 0: even split
   int m_blocks = 1;          // grid.x
   int page_shifts = 1;       // shift addressing for power-of-two pages
+  int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
+  int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
   int sm90() const { return kernel == Kernel::sm80 ? 0 : int(kernel); }  // attn90::Variant or 0
@@ -66,8 +69,11 @@ struct Tuning {
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
   // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
   // 3 (kPingPong) or 4 (kPingPongEager, the A/B baseline): that Hopper kernel whenever it supports
-  // the call.
+  // the call. An fp8 q runs the FP8 Hopper kernel (8) whenever a Hopper kernel is wanted (> 0 or auto).
   int sm90 = -1;
+  int page_runs = -1;  // portable kernel: -1 default (on), 0 off (one page-table entry per row), 1 on
+  int ctas = 0;        // portable kernel: 0 default; 2 or 3 CTAs per SM (3: MT = 1, d <= 128, 2 stages)
+  int split_keys = 0;  // deterministic mode: fixed split size in keys (rounded up to 64); 0: the default
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.
@@ -87,6 +93,7 @@ inline std::size_t workspace_size(const Plan& plan) { return plan.ws_bytes; }
 struct WorkspaceLayout {
   float* part_o = nullptr;    // [num_splits, total_q, h_q, d_v] f32
   float* part_lse = nullptr;  // [num_splits, total_q, h_q] f32
+  void* q_wide = nullptr;     // sm80 with an fp8 q: [total_q, h_q, d] q widened to out's dtype (exact)
   std::size_t bytes = 0;
 };
 WorkspaceLayout workspace_layout(const Plan& plan, void* base);

@@ -57,7 +57,8 @@ void run(const MlaAttentionArgs& a, const Plan& plan, Workspace ws, Stream strea
   p.qr_st = a.q_rope.stride(0);
   p.qr_sh = a.q_rope.stride(1);
   p.kv = static_cast<const char*>(a.kv_cache.data);
-  p.kv_stok = a.kv_cache.stride(1) * 2;
+  p.kv_fp8 = a.kv_cache.dtype == DType::u8 ? 1 : 0;
+  p.kv_stok = a.kv_cache.stride(1) * (p.kv_fp8 ? 1 : 2);  // bytes per token slot
   p.page_table = static_cast<const int*>(a.page_table.data);
   p.pt_st = a.page_table.stride(0);
   p.cache_seqlens = static_cast<const int*>(a.cache_seqlens.data);
@@ -92,7 +93,8 @@ void run(const MlaAttentionArgs& a, const Plan& plan, Workspace ws, Stream strea
     case Kernel::sm80: launch_sm80(p, c, b, s); break;
     case Kernel::sm90:
 #ifdef ATTNSERVE_HAVE_SM90
-      mla90::launch_mla_sm90(p, c.m_blocks, b, s);
+      if (p.kv_fp8) mla90::launch_mla_sm90_fp8(p, c.m_blocks, b, s);
+      else mla90::launch_mla_sm90(p, c.m_blocks, b, s);
 #else
       ATTNSERVE_CHECK(false, kOp, ": the plan chose the Hopper kernel, which this build does not carry");
 #endif

@@ -12,6 +12,7 @@ struct Params {
   int64_t qr_st, qr_sh;
   const char* kv;  // pool, token slot stride in bytes
   int64_t kv_stok;
+  int kv_fp8;  // 1: FP8-656 tokens (656 bytes: e4m3 latent, f32 scales, bf16 rope), 0: 576 bf16
   const int* page_table;
   int64_t pt_st;
   const int* cache_seqlens;

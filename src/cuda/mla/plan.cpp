@@ -11,10 +11,14 @@
 namespace attnserve::cuda::mla {
 namespace {
 constexpr const char* kOp = "mla_attention";
+constexpr int kFp8RowBytes = 656;  // Fp8MlaLayout::kBytes
+
+bool fp8_of(const Problem& p) { return p.kv_dtype == DType::u8; }
 
 // The Hopper kernel runs the problem: built, sm_90 device, room for its 226 KB, not deterministic (its
 // bits differ from the portable kernel's, whose row blocks the deterministic mode promises not to matter).
-// bf16, d_v 512 / d_rope 64 and every mask and page size are can_implement's and supported by both.
+// bf16 or FP8-656 cache, d_v 512 / d_rope 64 and every mask and page size are can_implement's and
+// supported by both (FP8-656: the same shared memory, raw tokens staged in the bf16 stage itself).
 bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t) {
   return t.sm90a && caps.arch == 90 && !p.deterministic && mla90::smem_bytes() <= caps.smem_per_block;
 }
@@ -48,17 +52,19 @@ Problem problem_of(const MlaAttentionArgs& a) {
 }
 
 Support can_implement(const Problem& p, const DeviceCaps& caps) {
-  if (p.dtype != DType::bf16 || p.kv_dtype != DType::bf16)
-    return unsupported(kOp, ": CUDA supports bf16 q_nope, q_rope and kv_cache");
-  if (p.d_v != kDv || p.d_rope != kDr || p.d_kv != kDqk)
-    return unsupported(kOp, ": CUDA supports d_v ", kDv, " and d_rope ", kDr, " (kv_cache rows of ", kDqk, ")");
+  if (p.dtype != DType::bf16 || (p.kv_dtype != DType::bf16 && p.kv_dtype != DType::u8))
+    return unsupported(kOp, ": CUDA supports bf16 q_nope, q_rope and a bf16 or FP8-656 (u8) kv_cache");
+  const int row = p.kv_dtype == DType::u8 ? kFp8RowBytes : kDqk;
+  if (p.d_v != kDv || p.d_rope != kDr || p.d_kv != row)
+    return unsupported(kOp, ": CUDA supports d_v ", kDv, " and d_rope ", kDr, " (kv_cache rows of ", kDqk,
+                       " bf16 values or ", kFp8RowBytes, " FP8-656 bytes)");
   if (p.out_dtype != DType::bf16) return unsupported(kOp, ": out must be bf16 on CUDA");
   if (p.num_pages * p.page_size >= (int64_t(1) << 31))
     return unsupported(kOp, ": pool too large for 32-bit slot indices");
   if (p.total_q > 0 && p.max_seqlen_q <= 0) return unsupported(kOp, ": max_seqlen_q must be > 0 on CUDA");
-  if (smem_bytes(16, 2) > caps.smem_per_block)
-    return unsupported(kOp, ": needs ", smem_bytes(16, 2), " bytes of shared memory per block, the device allows ",
-                       caps.smem_per_block);
+  if (smem_bytes(16, 2, fp8_of(p)) > caps.smem_per_block)
+    return unsupported(kOp, ": needs ", smem_bytes(16, 2, fp8_of(p)),
+                       " bytes of shared memory per block, the device allows ", caps.smem_per_block);
   return {};
 }
 
@@ -67,13 +73,14 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune, 
   ATTNSERVE_CHECK(s.ok(), s.reason);
   Plan c;
   c.problem = p;
+  const bool fp8 = fp8_of(p);
   // The block covers every packed row of a request up to 64 (each K/V byte read once per 64 rows);
   // the batch's longest query picks it, which the bits do not depend on (sm80/kernel.cuh).
   const int64_t rows_max = int64_t(std::max(1, p.max_seqlen_q)) * p.h_q;
   c.rows_per_block = rows_max <= 16 ? 16 : rows_max <= 32 ? 32 : 64;
   if (RowsPerBlock::contains(tune.rows_per_block)) c.rows_per_block = tune.rows_per_block;
   // A100 (163 KB per block) cannot hold HB 64 with two tiles: fall back to HB 32 (same bits).
-  while (c.rows_per_block > 16 && smem_bytes(c.rows_per_block, 2) > caps.smem_per_block) c.rows_per_block /= 2;
+  while (c.rows_per_block > 16 && smem_bytes(c.rows_per_block, 2, fp8) > caps.smem_per_block) c.rows_per_block /= 2;
   const int hb = c.rows_per_block;
   c.m_blocks = ceil_div(rows_max, hb);
   // Deepest ring that fits one CTA per SM (H100/H200: HB 64 3 tiles, HB 32 4). HB 16 (memory bound)
@@ -83,14 +90,14 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune, 
   c.stages = 0;
   if (hb == 16)
     for (int s = 5; s >= 2 && !c.stages; --s)
-      if (smem_bytes(hb, s) <= two_ctas) c.stages = s;
+      if (smem_bytes(hb, s, fp8) <= two_ctas) c.stages = s;
   for (int s = 5; s >= 2 && !c.stages; --s)
-    if (smem_bytes(hb, s) <= caps.smem_per_block) c.stages = s;
-  if (tune.stages >= 2 && tune.stages <= kMaxStages && smem_bytes(hb, tune.stages) <= caps.smem_per_block)
+    if (smem_bytes(hb, s, fp8) <= caps.smem_per_block) c.stages = s;
+  if (tune.stages >= 2 && tune.stages <= kMaxStages && smem_bytes(hb, tune.stages, fp8) <= caps.smem_per_block)
     c.stages = tune.stages;
-  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": needs ", smem_bytes(hb, 2),
+  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": needs ", smem_bytes(hb, 2, fp8),
                   " bytes of shared memory per block, the device allows ", caps.smem_per_block);
-  c.smem = smem_bytes(hb, c.stages);
+  c.smem = smem_bytes(hb, c.stages, fp8);
   const int64_t max_keys = p.max_pages * p.page_size;
   const int max_tiles = ceil_div(std::max<int64_t>(max_keys, 1), kTileKeys);
   if (p.deterministic) {

@@ -1,6 +1,6 @@
 // Page-table gather on the device: out[o, j] = slot(first + j * page) / page for the page-table row o,
-// the slot from req_to_token or, for draft-decode positions, from the staged draft slots; 0 past the
-// row's keys. One thread per column; rows over grid.y.
+// the slot from req_to_token or, for draft-decode positions, from the staged draft slots (draft-tree
+// verify rows: from req_to_token at the row's path); 0 past the row's keys. One thread per column; rows over grid.y.
 #include <algorithm>
 
 #include "cuda/common/check.cuh"
@@ -25,10 +25,16 @@ __global__ void gather_page_table_kernel(GatherPageTableArgs a) {
       const int64_t rel = j * a.page_size;
       int32_t value = 0;
       if (rel < num_tokens) {
-        const int64_t pos = first + rel;
+        int64_t pos = first + rel;
+        // draft_owns_page: the page holding the first draft position takes that position's slot.
+        if (a.draft_owns_page && draft_row >= 0 && pos < draft_begin && pos + a.page_size > draft_begin &&
+            a.num_draft > 0)
+          pos = draft_begin;
         const bool draft = draft_row >= 0 && pos >= draft_begin && pos < int64_t(draft_begin) + a.num_draft;
-        const int32_t slot =
-            draft ? a.draft_slots[int64_t(draft_row) * a.draft_row_stride + (pos - draft_begin)] : r2t[pos];
+        int32_t slot;
+        if (!draft) slot = r2t[pos];
+        else if (a.path) slot = r2t[draft_begin + a.path[int64_t(draft_row) * a.path_stride + (pos - draft_begin)]];
+        else slot = a.draft_slots[int64_t(draft_row) * a.draft_row_stride + (pos - draft_begin)];
         value = a.page_size == 1 ? slot : slot / a.page_size;
       }
       out[j] = value;

@@ -1,6 +1,7 @@
 // Front of sparse MLA on CUDA (sparse_mla.h): the checks only CUDA needs (alignment, workspace), the
 // Params of a call, and the launch of its plan's kernel (plan.h: the sm80 mma.sync kernel over the bf16
-// or the FP8-656 cache, sm80/kernel.cuh, or the Hopper wgmma kernel, sm90/kernel.cuh) and, when the
+// or the FP8-656 cache, sm80/kernel.cuh, the Hopper wgmma kernel, sm90/kernel.cuh, or the small-head FP8
+// kernel, sm90/small_heads.cuh) and, when the
 // top-k list is split, the combine (sm80/combine.cu: both kernels leave the same partial states). The dispatcher
 // (src/ops/sparse_mla.cpp) validated shapes and dtypes; index values live in device memory and are clamped by the
 // kernel (slots outside [0, num_slots) skipped, topk_length clamped).
@@ -91,9 +92,14 @@ void run(const SparseMlaArgs& a, const Plan& plan, Workspace ws, Stream stream) 
     case Kernel::sm80_bf16: launch_bf16(p, c.head_block, c.smem, stream.handle); break;
     case Kernel::sm90_bf16:
     case Kernel::sm90_fp8:
+    case Kernel::sm90_fp8_small:
 #ifdef ATTNSERVE_HAVE_SM90
       if (c.kernel == Kernel::sm90_fp8) sparse_mla90::launch_fp8(p, static_cast<cudaStream_t>(stream.handle));
-      else sparse_mla90::launch_bf16(p, static_cast<cudaStream_t>(stream.handle));
+      else if (c.kernel == Kernel::sm90_fp8_small) {
+        ATTNSERVE_CHECK(p.kv_row_bytes < (int64_t(1) << 31), kOp, ": kv rows of ", p.kv_row_bytes,
+                        " bytes are wider than the small-head kernel's 32-bit row stride");
+        sparse_mla90::launch_fp8_small(p, c.head_block, c.smem, static_cast<cudaStream_t>(stream.handle));
+      } else sparse_mla90::launch_bf16(p, static_cast<cudaStream_t>(stream.handle));
       break;
 #else
       ATTNSERVE_CHECK(false, kOp, ": the plan asks for the Hopper kernel, which this build lacks");

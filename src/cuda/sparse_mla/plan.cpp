@@ -8,6 +8,7 @@
 #include "attnserve/error.h"
 #include "cuda/sparse_mla/sm80/config.h"
 #include "cuda/sparse_mla/sm90/config.h"
+#include "cuda/sparse_mla/sm90/small_config.h"
 
 namespace attnserve::cuda::sparse_mla_op {
 namespace {
@@ -30,6 +31,14 @@ bool sm90_can_run(const DeviceCaps& caps, const Targets& t) {
 // portable kernel's smaller head blocks).
 bool sm90_auto(const Problem& p) { return p.h_q % sparse_mla90::kHeadBlock == 0; }
 
+// The small-head FP8 kernel: FP8-656 cache, at most 32 heads (one CTA of 16 or 32 per row), the Hopper
+// build on an sm_90 device (its e4m3 -> f16 conversions need sm_89+; only the sm_90a leaf is built).
+constexpr int kSmallMaxHeads = 32;
+bool small_can_run(const Problem& p, const DeviceCaps& caps, const Targets& t) {
+  return t.sm90a && caps.arch == 90 && p.kv_dtype == DType::u8 && p.h_q <= kSmallMaxHeads &&
+         sparse_mla90::small_smem_layout(32, 2).total <= caps.smem_per_block;
+}
+
 }  // namespace
 
 const char* kernel_name(Kernel k) {
@@ -38,6 +47,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::sm80_fp8: return "sm80_fp8";
     case Kernel::sm90_bf16: return "sm90_bf16";
     case Kernel::sm90_fp8: return "sm90_fp8";
+    case Kernel::sm90_fp8_small: return "sm90_fp8_small";
   }
   return "?";
 }
@@ -90,6 +100,40 @@ Plan make_sm90_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune)
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
   return c;
 }
+// The small-head FP8 kernel: 16 or 32 heads per CTA, 64-key tiles; split-K when rows underfill the SMs (a split covers
+// >= 2 tiles). Deterministic: one split whatever the batch (bits independent of it).
+Plan make_small_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune) {
+  const Problem& p = c.problem;
+  c.kernel = Kernel::sm90_fp8_small;
+  c.head_block = p.h_q <= 16 ? 16 : 32;
+  c.head_blocks = int(ceil_div(std::max<int64_t>(p.h_q, 1), c.head_block));
+  c.tile_keys = sparse_mla90::kSmallTileKeys;
+  auto bytes = [&](int s) { return sparse_mla90::small_smem_layout(c.head_block, s).total; };
+  // HB 16: two CTAs per SM on 2-stage rings (the kernel's 128-register cap; session 5 measured 2, 3 and 4
+  // stages at one CTA per SM within 1 %); HB 32: one CTA, the deepest ring that fits.
+  const std::size_t two_ctas = (caps.smem_per_block + 1024) / 2 - 1024;  // each CTA also reserves 1 KB
+  const bool pair = c.head_block == 16 && bytes(2) <= two_ctas;
+  c.stages = 2;
+  if (!pair)
+    for (int s = 3; s <= sparse_mla90::kSmallMaxStages; ++s)
+      if (bytes(s) <= caps.smem_per_block) c.stages = s;
+  if (tune.stages >= 2 && tune.stages <= sparse_mla90::kSmallMaxStages && bytes(tune.stages) <= caps.smem_per_block)
+    c.stages = tune.stages;
+  c.smem = bytes(c.stages);
+  c.ctas_per_sm = pair && c.smem <= two_ctas ? 2 : 1;
+  const int tiles = int(std::max<int64_t>(1, ceil_div(p.topk, c.tile_keys)));
+  // Deterministic: a split count of the top-k length alone (bits independent of the batch): one per CTA
+  // slot of an SM, so a full batch still runs two CTAs per SM.
+  int splits = std::max(1, std::min(c.ctas_per_sm, tiles / 2));
+  if (!p.deterministic) splits = heuristic_splits(p.rows * c.head_blocks, caps.num_sms * c.ctas_per_sm, tiles / 2);
+  if (tune.num_splits > 0) splits = std::min(tune.num_splits, tiles);
+  c.split_tiles = int(ceil_div(tiles, splits));
+  c.num_splits = int(ceil_div(tiles, c.split_tiles));
+  ATTNSERVE_CHECK(c.num_splits < 65536, kOp, ": too many splits");
+  c.ws_bytes = workspace_layout(c, nullptr).bytes;
+  return c;
+}
+
 }  // namespace
 
 // Heads per CTA: the smallest of 16 / 32 / 64 that holds h_q (larger h_q: several blocks of 64).
@@ -106,6 +150,8 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const SparseMlaTuning& 
   c.problem = p;
   const int64_t rows = p.rows, h_q = p.h_q;
   const bool fp8 = p.kv_dtype == DType::u8;
+  const bool small = small_can_run(p, caps, targets) && (tune.small > 0 || (tune.small < 0 && tune.sm90 < 0));
+  if (small) return make_small_plan(c, caps, tune);
   const bool sm90 = sm90_can_run(caps, targets) && (tune.sm90 > 0 || (tune.sm90 < 0 && sm90_auto(p)));
   if (sm90) return make_sm90_plan(c, caps, tune);
   c.kernel = fp8 ? Kernel::sm80_fp8 : Kernel::sm80_bf16;

@@ -28,7 +28,14 @@ constexpr int kTileKeys = 64;
 // pipeline ran decode at 2.7 TB/s against 3.6 for 64-key tiles: a per-tile cost dominates.
 constexpr int tile_keys(int /*mt*/) { return 64; }
 constexpr int kMaxStages = 8;
-constexpr int kDeterministicSplitKeys = 1024;  // fixed split size of the deterministic mode
+// Fixed split size of the deterministic mode (a request's splits depend on its own length only).
+// Measured on the H200, same buffers (bench/NOTES.md, session 5): b64 x 8K 5.1 % behind the default
+// at 1024 keys, 1.6 % at 4096; but one request of 32K gets 8 kv heads x 8 splits: 43 % behind.
+constexpr int kDeterministicSplitKeys = 4096;
+
+// Three CTAs per SM need <= 168 registers per thread: the MT = 1 kernel at d <= 128 fits without
+// spills (164 at bf16 d 128, sm_90); larger head dims and MT = 4 hold more accumulators.
+constexpr bool supports_three_ctas(int d, int mt) { return mt == 1 && d <= 128; }
 
 // Deepest pipeline worth having; the plan then takes the deepest that fits two CTAs per SM.
 // d: row_elems(d, d_v).

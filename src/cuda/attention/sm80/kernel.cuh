@@ -33,6 +33,8 @@
 
 namespace attnserve::cuda::attn {
 
+constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
+
 template <typename T, int D, int DV, bool FP8, int MT>
 struct Traits {
   static constexpr int kRows = 16 * MT;        // packed rows per CTA
@@ -52,11 +54,14 @@ struct Traits {
   static constexpr int kRawTileBytes = kTile * kRawRowBytes;
   static constexpr int kLoadStep = kThreads / kRawChunks;   // tile rows covered per pass
   static constexpr int kRowsPerThread = kTile / kLoadStep;  // tile rows each thread loads
+  static constexpr int kLoadStepLog = ilog2(kLoadStep), kRowsPerThreadLog = ilog2(kRowsPerThread);
   static constexpr int kQBytes = kRows * kRowBytes;
   static constexpr int kConvBytes = FP8 ? 2 * kTile * kRowBytes : 0;
   static constexpr bool kQInRegs = D <= 128;
   static constexpr int kOStride = DV + 8;  // f32 row stride of the epilogue buffer (bank spread)
   static_assert(kThreads % kRawChunks == 0 && kTile % kLoadStep == 0, "tile load mapping");
+  static_assert(kRowsPerThread >= 2 && kRowsPerThread <= 16 && (1 << kRowsPerThreadLog) == kRowsPerThread,
+                "page runs: 2..16 rows per thread, a power of two");
   static_assert(D % 16 == 0 && DV % 16 == 0, "head dims must be multiples of 16");
 };
 
@@ -73,8 +78,10 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
   return ptx::pack2<T>(f.x, f.y);  // exact: every e4m3 value is representable in bf16 and f16
 }
 
-template <typename T, int D, int DV, bool FP8, int MT>
-__global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params p) {
+// MIN_CTAS: the CTAs per SM the register allocation must allow (__launch_bounds__); 3 caps MT = 1
+// at d <= 128 to 168 registers so three 2-stage CTAs (12 warps) share an SM (Plan::ctas_per_sm).
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
+__global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(const Params p) {
   using Tr = Traits<T, D, DV, FP8, MT>;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -181,7 +188,39 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
     // page sizes use shifts (measured +30% over integer division on one H200). The branch is
     // taken once per tile, outside the unrolled row loop (a per-row select measured slower).
     const int sh = p.page_shift;
-    if (sh >= 0) {
+    // Page runs: a thread's rows are kLoadStep apart, so a page of ps >= 2 * kLoadStep slots holds
+    // RUN = ps / kLoadStep of them (all of them when ps >= kTile). One page-table entry, one bounds
+    // check and one 64-bit slot product per run instead of per row; the rows of a run are constant
+    // offsets from its first.
+    if (p.page_runs && sh >= Tr::kLoadStepLog + 1) {
+      const int run_log = min(sh - Tr::kLoadStepLog, Tr::kRowsPerThreadLog);
+      auto runs = [&](auto run_c) {
+        constexpr int RUN = decltype(run_c)::value;
+        const int off0 = j0 & (p.page_size - 1);  // > 0 only when one page holds several tiles
+        const int p0 = j0 >> sh;
+        const int64_t k_step = int64_t(Tr::kLoadStep) * p.k_stok, v_step = int64_t(Tr::kLoadStep) * p.v_stok;
+#pragma unroll
+        for (int g = 0; g < Tr::kRowsPerThread / RUN; ++g) {
+          const int page = pages[g];  // tile-aligned j0: run g lies in page p0 + g (p0 alone if RUN is all rows)
+          const bool page_ok = p0 + g < p.max_pages && page >= 0 && page < p.num_pages;
+          const int64_t slot0 = int64_t(page_ok ? page : 0) * p.page_size + off0 + lrow0;
+          const char* k_row = gK + slot0 * p.k_stok;
+          const char* v_row = gV + slot0 * p.v_stok;
+#pragma unroll
+          for (int r = 0; r < RUN; ++r) {
+            const int i = g * RUN + r, row = lrow0 + i * Tr::kLoadStep;
+            const int bytes = page_ok && j0 + row < k_end ? 16 : 0;
+            const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
+            if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), k_row + r * k_step, bytes);
+            if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), v_row + r * v_step, bytes);
+          }
+        }
+      };
+      if (run_log == 1) runs(std::integral_constant<int, 2>{});
+      else if (run_log == 2) runs(std::integral_constant<int, (Tr::kRowsPerThread >= 4 ? 4 : 2)>{});
+      else if (run_log == 3) runs(std::integral_constant<int, (Tr::kRowsPerThread >= 8 ? 8 : 2)>{});
+      else runs(std::integral_constant<int, (Tr::kRowsPerThread >= 16 ? 16 : 2)>{});
+    } else if (sh >= 0) {
       const int p0 = j0 >> sh, mask = (1 << sh) - 1;
 #pragma unroll
       for (int i = 0; i < Tr::kRowsPerThread; ++i) {
@@ -220,7 +259,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   }
   const int lo_max = max(lo0, lo1), hi_min = min(hi0, hi1);
 
-  const float kds = p.k_descale ? p.k_descale[int64_t(r) * p.kds_sb + int64_t(hk) * p.kds_sh] : 1.f;
+  const float kds = (p.k_descale ? p.k_descale[int64_t(r) * p.kds_sb + int64_t(hk) * p.kds_sh] : 1.f) *
+                    (p.q_descale ? p.q_descale[int64_t(r) * p.qds_sb + int64_t(hk) * p.qds_sh] : 1.f);
   const float vds = p.v_descale ? p.v_descale[int64_t(r) * p.vds_sb + int64_t(hk) * p.vds_sh] : 1.f;
   const float s_log2 = p.scale_log2 * kds;  // plain scores
   const float s_cap_in = p.softcap > 0.f ? p.scale_log2 * kds / (p.softcap * 1.4426950408889634f) : 0.f;
@@ -474,9 +514,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Params 
   }
 }
 
-template <typename T, int D, int DV, bool FP8, int MT>
-void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT>;
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
+void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream) {
+  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS>;
   static bool configured = [&] {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -488,6 +528,14 @@ void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
   (void)configured;
   const dim3 grid(unsigned(c.m_blocks), unsigned(p.h_kv * c.num_splits), unsigned(batch));
   kernel<<<grid, kThreads, c.smem, stream>>>(p);
+}
+
+template <typename T, int D, int DV, bool FP8, int MT>
+void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
+  if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
+    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3>(p, c, batch, stream);
+  }
+  launch_occ<T, D, DV, FP8, MT, 1>(p, c, batch, stream);
 }
 
 }  // namespace attnserve::cuda::attn

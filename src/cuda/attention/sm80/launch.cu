@@ -33,7 +33,8 @@ void dispatch_d(const Params& p, const Plan& c, int b, cudaStream_t s) {
 }  // namespace
 
 void launch_sm80(const Params& p, const Plan& plan, int batch, cudaStream_t stream) {
-  if (plan.problem.dtype == DType::bf16) dispatch_d<__nv_bfloat16>(p, plan, batch, stream);
+  // out's dtype: q's, or what an fp8 q was widened to (launch_widen_fp8_q)
+  if (plan.problem.out_dtype == DType::bf16) dispatch_d<__nv_bfloat16>(p, plan, batch, stream);
   else dispatch_d<__half>(p, plan, batch, stream);
 }
 

@@ -32,8 +32,9 @@ enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3, kPingPongEa
 
 constexpr int kThreads = 256;
 constexpr int kThreadsWs = 384;
-constexpr int kRows = 128;  // packed (q_row * group + head) rows per CTA
-constexpr int kStages = 2;  // kCoop: 160 KB at d 128
+constexpr int kRows = 128;      // packed (q_row * group + head) rows per CTA
+constexpr int kTileKeys = 128;  // keys per tile of the FP8 kernel (fp8_config.h), and of the bf16 ones up to d 128
+constexpr int kStages = 2;      // kCoop: 160 KB at d 128
 
 // 64-column SW128 panels of a head dim (d 96 takes 2: its second panel is half used).
 constexpr int panels(int d) { return (d + 63) / 64; }
@@ -43,7 +44,7 @@ constexpr int panels(int d) { return (d + 63) / 64; }
 // 128 up to d 128 and at 192/128; 96 at 192 (O takes 96 f32 registers per consumer thread); 64 at
 // 256 (O takes 128: S 32 + P 16 keep the consumer inside its 216 registers). A multiple of 32 (the
 // 256-thread kCoop loader covers 32 rows per pass) and of 16 (P's k-steps).
-constexpr int tile_keys(int d, int d_v) { return d <= 128 || d_v <= 128 ? 128 : d <= 192 ? 96 : 64; }
+constexpr int tile_keys(int d, int d_v) { return d <= 128 || d_v <= 128 ? kTileKeys : d <= 192 ? 96 : 64; }
 // Pipeline stages of the producer kernels: 3 while they fit (224 KB at d 128), else 2
 // (192/128: 208 KB, 192: 192 KB, 256: 192 KB).
 constexpr int ws_stages(int d, int d_v) { return d <= 128 ? 3 : 2; }

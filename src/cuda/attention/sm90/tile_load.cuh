@@ -56,8 +56,8 @@ __device__ __forceinline__ uint32_t tile_offset(int row, int ch) {
 struct Block {
   int hk, r, q_start, q_len, k_len, rows_total, row0, k_begin, k_end, n_tiles;
 
-  // n: keys per tile, a compile-time constant at every call (the divisions below fold).
-  __device__ __forceinline__ bool init(const Params& p, int N) {
+  // N: keys per tile, a compile-time constant at every call (the divisions below fold).
+  __device__ __forceinline__ bool init(const Params& p, int N = kTileKeys) {
     hk = blockIdx.y;
     r = blockIdx.z;
     q_start = p.cu_seqlens_q[r];

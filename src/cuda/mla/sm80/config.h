@@ -24,9 +24,12 @@ constexpr int kMaxStages = 8;
 constexpr int key_groups_of(int hb) { return hb == 64 ? 1 : 2; }
 constexpr int k_splits_of(int hb) { return 8 / (hb / 16 * key_groups_of(hb)); }
 
-constexpr std::size_t smem_bytes(int hb, int stages) {
-  return std::size_t(hb) * kRowBytes + std::size_t(stages) * kTileBytes +
-         std::size_t(k_splits_of(hb)) * hb * kScoreStride * 4;
+// FP8-656 cache: the ring holds the raw tokens (cp.async), dequantized per tile into one bf16 tile.
+constexpr int kRawTileBytes = kTileKeys * 656;
+
+constexpr std::size_t smem_bytes(int hb, int stages, bool fp8 = false) {
+  const std::size_t ring = fp8 ? kTileBytes + std::size_t(stages) * kRawTileBytes : std::size_t(stages) * kTileBytes;
+  return std::size_t(hb) * kRowBytes + ring + std::size_t(k_splits_of(hb)) * hb * kScoreStride * 4;
 }
 
 }  // namespace attnserve::cuda::mla

@@ -14,6 +14,8 @@
 //     P V      P from registers (bf16), V = the tile's first 512 columns via ldmatrix.trans
 //   two barriers per tile: one after the tile lands (it also frees the ring slot being refilled and
 //   the score buffer), one after the scores are written.
+//   FP8-656 cache (FP8 = true): the ring holds raw 656-byte tokens; after the first barrier every thread
+//   dequantizes its share of the tile into one bf16 tile (the layout above), then a third barrier.
 //
 // HB = 64: 4 row tiles x 1 key group x 2 k-splits; PV 256 dims per warp (128 accumulators / lane)
 //          (32 keys per warp: each ldmatrix of Q feeds 4 mma, a quarter fewer shared-memory reads
@@ -32,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/fp8_mla.cuh"
 #include "cuda/common/masking.cuh"
 #include "cuda/common/online_softmax.cuh"
 #include "cuda/common/ptx.cuh"
@@ -40,7 +43,7 @@
 
 namespace attnserve::cuda::mla {
 
-template <int HB>
+template <int HB, bool FP8>
 __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const Params p) {  // HB 16: two CTAs per SM
   using T = __nv_bfloat16;
   constexpr int MT = HB / 16;            // row tiles of 16
@@ -83,9 +86,11 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + kTileKeys - 1) / kTileKeys : 0;
   const int stages = p.stages;
 
-  char* sQ = smem;                                                        // [HB][kRowBytes]
-  char* sRing = sQ + HB * kRowBytes;                                      // [stages][32][kRowBytes]
-  float* sScore = reinterpret_cast<float*>(sRing + stages * kTileBytes);  // [KS][HB][kScoreStride]
+  char* sQ = smem;                    // [HB][kRowBytes]
+  char* sRing = sQ + HB * kRowBytes;  // [stages][32][kRowBytes]; FP8: [32][kRowBytes] bf16 tile
+  char* sRaw = sRing + kTileBytes;    // FP8: [stages][32][656] raw tokens
+  float* sScore = reinterpret_cast<float*>(FP8 ? sRaw + stages * kRawTileBytes
+                                               : sRing + stages * kTileBytes);  // [KS][HB][kScoreStride]
 
   // Q rows [q_nope | q_rope]; rows past the request are zeros (never stored). Committed with tile 0.
   for (int idx = tid; idx < HB * kChunks; idx += kThreads) {
@@ -116,6 +121,21 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
     return (page >= 0 && page < p.num_pages) ? page * p.page_size + (j % p.page_size) : -1;
   };
   auto issue = [&](int tile, int sid) {
+    if constexpr (FP8) {  // 41 chunks of 16 bytes per token (656 = 41 x 16), raw into the ring
+      constexpr int kTokChunks = 656 / 16, kTotal = kTileKeys * kTokChunks;
+      char* dst = sRaw + (tile % stages) * kRawTileBytes;
+#pragma unroll
+      for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {  // uniform trip count (shuffle)
+        const int c = tid + it * kThreads;
+        const int key = min(c / kTokChunks, kTileKeys - 1), ch = c - key * kTokChunks;
+        const int s = __shfl_sync(0xffffffffu, sid, key);
+        if (c < kTotal) {
+          const char* src = s >= 0 ? p.kv + int64_t(s) * p.kv_stok + ch * 16 : p.kv;
+          ptx::cp_async_16(ptx::smem_addr(dst + key * 656 + ch * 16), src, s >= 0 ? 16 : 0);
+        }
+      }
+      return;
+    }
     char* dst = sRing + (tile % stages) * kTileBytes;
 #pragma unroll 3
     for (int c = tid; c < kTileKeys * kChunks; c += kThreads) {
@@ -170,7 +190,31 @@ __global__ void __launch_bounds__(kThreads, HB == 16 ? 2 : 1) mla_kernel(const P
       ptx::cp_async_commit();
       page_next = load_page(tn + 1);  // used next iteration: its latency hides behind this tile
     }
-    const char* sK = sRing + (t % stages) * kTileBytes;
+    if constexpr (FP8) {
+      // Raw tile t -> the bf16 tile: per token 32 latent chunks (16 e4m3 -> 32 bytes of bf16, scale of
+      // its 128-value tile) and 8 rope chunks copied; 1280 items, 5 per thread. Rows of invalid keys
+      // landed as zero bytes: scale 0, values 0.
+      const char* raw = sRaw + (t % stages) * kRawTileBytes;
+#pragma unroll
+      for (int it = 0; it < kTileKeys * 40 / kThreads; ++it) {
+        const int i = tid + it * kThreads, key = i / 40, c = i - key * 40;
+        const char* tok = raw + key * 656;
+        char* row = sRing + key * kRowBytes;
+        if (c < 32) {
+          const uint4 u = *reinterpret_cast<const uint4*>(tok + c * 16);
+          const float scale = *reinterpret_cast<const float*>(tok + kFp8MlaScaleOffset + 4 * (c / 8));
+          uint4 lo, hi;
+          fp8x16_to_bf16x16(u, scale, lo, hi);
+          *reinterpret_cast<uint4*>(row + c * 32) = lo;
+          *reinterpret_cast<uint4*>(row + c * 32 + 16) = hi;
+        } else {
+          *reinterpret_cast<uint4*>(row + 1024 + (c - 32) * 16) =
+              *reinterpret_cast<const uint4*>(tok + kFp8MlaRopeOffset + (c - 32) * 16);
+        }
+      }
+      __syncthreads();
+    }
+    const char* sK = FP8 ? sRing : sRing + (t % stages) * kTileBytes;
 
     // ---- QK^T: S[16 rows of qk_m][KW keys of qk_kg], chains [qk_ks * CPW, + CPW).
     {

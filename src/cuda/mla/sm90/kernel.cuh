@@ -28,6 +28,7 @@
 #include "cuda/common/sm90/sync.cuh"
 #include "cuda/common/sm90/wgmma.cuh"
 #include "cuda/mla/params.h"
+#include "producer_fp8.cuh"  // the FP8-656 cache's producer (kFp8)
 
 namespace attnserve::cuda::mla90 {
 
@@ -418,6 +419,8 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
 
 #endif  // ATTNSERVE_SM90_DEVICE
 
+// kFp8: an FP8-656 cache, dequantized by the producer into the same bf16 stages (producer_fp8.cuh).
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   char* smem = smem_base();
@@ -443,11 +446,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p) {
     // tile 0's arrival.
     sm90::setmaxnreg_dec<kProducerRegs>();
     const Producer ld{tid & 7, tid >> 3};
-    if (b.n_tiles > 0) ld.load_q(p, b, sm.q);
-    for (int t = 0; t < b.n_tiles; ++t) {
-      if (t >= kStages) sm90::mbar_wait(sm.empty(t), ((t / kStages) - 1) & 1);
-      ld.load_tile(p, b, t, sm.stage(t));
-      sm90::cp_async_mbar_arrive(sm.full(t));
+    if constexpr (kFp8) {
+      produce_fp8(p, b, sm, ld, tid);
+    } else {
+      if (b.n_tiles > 0) ld.load_q(p, b, sm.q);
+      for (int t = 0; t < b.n_tiles; ++t) {
+        if (t >= kStages) sm90::mbar_wait(sm.empty(t), ((t / kStages) - 1) & 1);
+        ld.load_tile(p, b, t, sm.stage(t));
+        sm90::cp_async_mbar_arrive(sm.full(t));
+      }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
   } else if (wg == 1) {

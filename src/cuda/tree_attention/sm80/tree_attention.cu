@@ -1,13 +1,20 @@
-// tree_attention on CUDA (portable, sm_80+): one warp per (query row, head). The problems are tiny (at
-// most kTreeMaxKeys keys per request, a few dozen rows), so no tensor cores and no shared memory: each
-// lane holds kPer elements of q and of the output accumulator (element lane + 32 i), a key's score is a
-// warp sum, and an online softmax runs over the keys the row's mask selects (the K/V rows of a request
-// are re-read by its rows from L1/L2). Grid (row blocks of kWarps, h_q, b): fixed by b and max_seqlen_q,
-// so a captured graph replays with any lengths. No host sync, no allocation.
+// tree_attention on CUDA (portable, sm_80+). Two kernels:
+//   staged (the default): one CTA per (request, kv head, block of kRowsPerCta query rows). The request's
+//     <= kTreeMaxKeys draft keys of that kv head are staged in shared memory once (K rows, and V rows
+//     unless V is a prefix of K as in MLA), then each warp takes (row, q head) pairs: q in registers
+//     (two elements per 32-bit word, word lane + 32 i), one warp sum per masked key, an online softmax,
+//     and the merge with the prefix part's state in the epilogue (prefix_out / prefix_lse), so the
+//     prefix output is read once and the merged output written once.
+//   per-row (fallback for odd dims or unaligned rows): one warp per (query row, head), K/V read from
+//     global memory (L1/L2) per key, element lane + 32 i.
+// Grids depend on b, h and max_seqlen_q only, so a captured graph replays with any lengths. No host
+// sync, no allocation.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common/host_util.cuh"
 #include "cuda/common/numeric.cuh"
@@ -38,10 +45,28 @@ struct TreeParams {
   int64_t o_st, o_sh;
   float* lse;  // null: not written
   int64_t l_st, l_sh;
+  const T* prefix_out;  // null: no merge
+  int64_t po_st, po_sh;
+  const float* prefix_lse;
+  int64_t pl_st, pl_sh;
   int d_q, d_rope, d_v, group;
   int64_t num_slots;
   float scale, softcap;
 };
+
+// Merge of the tree state (lse_tree, normalized output) with the prefix state: the weights of both
+// outputs; lse_tree becomes the merged LSE. An infinite prefix LSE (either sign) has no keys.
+__device__ __forceinline__ void merge_weights(float lse_prefix, float& lse_tree, float& w_prefix, float& w_tree) {
+  const float a = isfinite(lse_prefix) ? lse_prefix : -INFINITY;
+  const float m = fmaxf(a, lse_tree);
+  if (m == -INFINITY) {
+    w_prefix = w_tree = 0.f;
+    return;  // neither part has a key: out 0, lse -inf
+  }
+  const float ea = expf(a - m), eb = expf(lse_tree - m), inv = 1.f / (ea + eb);
+  w_prefix = ea * inv, w_tree = eb * inv;
+  lse_tree = m + logf(ea + eb);
+}
 
 // kPer elements per lane: q/k dims d_q + d_rope <= 32 kPer and d_v <= 32 kPer.
 template <typename T, int kPer>
@@ -90,13 +115,358 @@ __global__ void __launch_bounds__(kWarps * 32) tree_attention_kernel(TreeParams<
     }
   }
   const float inv = l > 0.f ? 1.f / l : 0.f;
+  float lse = l > 0.f ? m + logf(l) : -INFINITY;
+  float w_prefix = 0.f, w_tree = 1.f;
+  if (p.prefix_out) merge_weights(p.prefix_lse[row * p.pl_st + h * p.pl_sh], lse, w_prefix, w_tree);
+  const T* po = p.prefix_out ? p.prefix_out + row * p.po_st + h * p.po_sh : nullptr;
   T* o = p.out + row * p.o_st + h * p.o_sh;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int e = lane + 32 * i;
-    if (e < p.d_v) o[e] = from_f32<T>(acc[i] * inv);
+    if (e < p.d_v) o[e] = from_f32<T>(acc[i] * inv * w_tree + (po ? w_prefix * to_f32(po[e]) : 0.f));
   }
-  if (p.lse && lane == 0) p.lse[row * p.l_st + h * p.l_sh] = l > 0.f ? m + logf(l) : -INFINITY;
+  if (p.lse && lane == 0) p.lse[row * p.l_st + h * p.l_sh] = lse;
+}
+
+// ---- The staged kernel -------------------------------------------------------------------------------
+
+constexpr int kStagedWarps = 8, kRowsPerCta = 16;
+
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t w);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t w) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t w) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+  const __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t word_at(const T* base, int64_t elem) {  // elem even, 4-byte aligned
+  return *reinterpret_cast<const uint32_t*>(base + elem);
+}
+
+// kWords 32-bit words (two elements) per lane: d_q + d_rope <= 64 kWords, d_v <= 64 kWords; all dims
+// and strides even, rows 4-byte aligned (the launcher checks). Shared memory: K [max_keys, kw] words,
+// then V [max_keys, vw] unless v_in_k (V = the first d_v columns of K).
+template <typename T, int kWords>
+__global__ void __launch_bounds__(kStagedWarps * 32)
+    tree_attention_staged_kernel(TreeParams<T> p, int max_keys, bool v_in_k) {
+  extern __shared__ uint32_t smem[];
+  __shared__ uint32_t valid_words[2];  // bit j: key j exists and its slot is in the cache
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = blockIdx.z, hk = blockIdx.y;
+  const int q_end = p.cu_q[r + 1];
+  const int row0 = p.cu_q[r] + blockIdx.x * kRowsPerCta;
+  if (row0 >= q_end) return;  // uniform over the CTA
+  const int rows = min(kRowsPerCta, q_end - row0);
+  const int n = p.num_keys[r];
+  const int d_qk = p.d_q + p.d_rope, kw = d_qk / 2, vw = p.d_v / 2;
+  uint32_t* sk = smem;                                  // [max_keys, kw]
+  uint32_t* sv = v_in_k ? smem : smem + max_keys * kw;  // [max_keys, vw] (row stride vs_stride)
+  const int vs_stride = v_in_k ? kw : vw;
+
+  // ---- Stage the request's draft keys (this kv head) once.
+  if (warp < 2) {
+    const int j = warp * 32 + lane;
+    int64_t slot = -1;
+    if (j < n) slot = p.key_slots[int64_t(r) * p.ks_st + j];
+    const uint32_t ok = __ballot_sync(0xffffffffu, j < n && slot >= 0 && slot < p.num_slots);
+    if (lane == 0) valid_words[warp] = ok;
+  }
+  for (int idx = threadIdx.x; idx < n * kw; idx += blockDim.x) {
+    const int j = idx / kw, w = idx - j * kw;
+    const int64_t slot = p.key_slots[int64_t(r) * p.ks_st + j];
+    sk[idx] = (slot >= 0 && slot < p.num_slots) ? word_at(p.k, slot * p.k_ss + hk * p.k_sh + 2 * w) : 0u;
+  }
+  if (!v_in_k)
+    for (int idx = threadIdx.x; idx < n * vw; idx += blockDim.x) {
+      const int j = idx / vw, w = idx - j * vw;
+      const int64_t slot = p.key_slots[int64_t(r) * p.ks_st + j];
+      sv[idx] = (slot >= 0 && slot < p.num_slots) ? word_at(p.v, slot * p.v_ss + hk * p.v_sh + 2 * w) : 0u;
+    }
+  __syncthreads();
+  const uint64_t valid = uint64_t(valid_words[0]) | (uint64_t(valid_words[1]) << 32);
+
+  // ---- (row, q head) pairs, one per warp at a time.
+  for (int pair = warp; pair < rows * p.group; pair += kStagedWarps) {
+    const int64_t row = row0 + pair / p.group;
+    const int h = hk * p.group + pair % p.group;
+    float2 qv[kWords], acc[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      const int w = lane + 32 * i;
+      uint32_t x = 0u;
+      if (2 * w < p.d_q) x = word_at(p.q, row * p.q_st + h * p.q_sh + 2 * w);
+      else if (w < kw) x = word_at(p.q_rope, row * p.qr_st + h * p.qr_sh + (2 * w - p.d_q));
+      qv[i] = unpack2<T>(x);
+      acc[i] = make_float2(0.f, 0.f);
+    }
+    // The prefix state, loaded with q so both latencies overlap the keys' loop (read before the
+    // write below: prefix_out may be out, in place).
+    const T* po = p.prefix_out ? p.prefix_out + row * p.po_st + h * p.po_sh : nullptr;
+    uint32_t prefix_words[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      const int w = lane + 32 * i;
+      prefix_words[i] = (po && w < vw) ? word_at(po, 2 * w) : 0u;
+    }
+    const float lse_prefix = po ? p.prefix_lse[row * p.pl_st + h * p.pl_sh] : -INFINITY;
+    float m = -INFINITY, l = 0.f;
+    for (uint64_t bits = uint64_t(p.mask[row]) & valid; bits; bits &= bits - 1) {
+      const int j = __ffsll((long long)bits) - 1;
+      const uint32_t* kr = sk + j * kw;
+      float dot = 0.f;
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const int w = lane + 32 * i;
+        if (w < kw) {
+          const float2 k2 = unpack2<T>(kr[w]);
+          dot = fmaf(qv[i].x, k2.x, fmaf(qv[i].y, k2.y, dot));
+        }
+      }
+      float s = p.scale * ptx::warp_sum(dot);
+      if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
+      const float m_new = fmaxf(m, s);
+      const float corr = expf(m - m_new), pw = expf(s - m_new);
+      l = l * corr + pw;
+      m = m_new;
+      const uint32_t* vr = sv + j * vs_stride;
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const int w = lane + 32 * i;
+        const float2 v2 = w < vw ? unpack2<T>(vr[w]) : make_float2(0.f, 0.f);
+        acc[i].x = fmaf(acc[i].x, corr, pw * v2.x);
+        acc[i].y = fmaf(acc[i].y, corr, pw * v2.y);
+      }
+    }
+    float lse = l > 0.f ? m + logf(l) : -INFINITY;
+    float w_prefix = 0.f, w_tree = 1.f;
+    if (po) merge_weights(lse_prefix, lse, w_prefix, w_tree);
+    const float scale_tree = (l > 0.f ? 1.f / l : 0.f) * w_tree;
+    T* o = p.out + row * p.o_st + h * p.o_sh;
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      const int w = lane + 32 * i;
+      if (w >= vw) continue;
+      const float2 pv = unpack2<T>(prefix_words[i]);
+      const float x = fmaf(w_prefix, pv.x, acc[i].x * scale_tree), y = fmaf(w_prefix, pv.y, acc[i].y * scale_tree);
+      *reinterpret_cast<uint32_t*>(o + 2 * w) = pack2<T>(x, y);
+    }
+    if (p.lse && lane == 0) p.lse[row * p.l_st + h * p.l_sh] = lse;
+  }
+}
+
+// Whether the staged kernel can read every row as 32-bit words.
+template <typename T>
+bool staged_ok(const TreeParams<T>& p) {
+  auto even = [](int64_t x) { return x % 2 == 0; };
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; };
+  bool ok = even(p.d_q) && even(p.d_rope) && even(p.d_v) && even(p.q_st) && even(p.q_sh) && even(p.k_ss) &&
+            even(p.k_sh) && even(p.v_ss) && even(p.v_sh) && even(p.o_st) && even(p.o_sh) && aligned(p.q) &&
+            aligned(p.k) && aligned(p.v) && aligned(p.out);
+  if (p.q_rope) ok = ok && even(p.qr_st) && even(p.qr_sh) && aligned(p.q_rope);
+  if (p.prefix_out) ok = ok && even(p.po_st) && even(p.po_sh) && aligned(p.prefix_out);
+  return ok;
+}
+
+template <typename T, int kWords>
+void launch_staged(const TreeParams<T>& p, int64_t b, int h_kv, int max_seqlen_q, int max_keys, cudaStream_t stream) {
+  const bool v_in_k = p.v == p.k && p.v_ss == p.k_ss && p.v_sh == p.k_sh;
+  const int kw = (p.d_q + p.d_rope) / 2, vw = p.d_v / 2;
+  const std::size_t smem = std::size_t(max_keys) * std::size_t(kw + (v_in_k ? 0 : vw)) * sizeof(uint32_t);
+  auto kernel = tree_attention_staged_kernel<T, kWords>;
+  if (smem > 48 * 1024)
+    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned((max_seqlen_q + kRowsPerCta - 1) / kRowsPerCta), unsigned(h_kv), unsigned(b));
+  kernel<<<grid, kStagedWarps * 32, smem, stream>>>(p, max_keys, v_in_k);
+}
+
+// ---- Staged v2 (opt-in: ATTNSERVE_TREE_KERNEL=staged2; UNMEASURED, see bench/NOTES.md Session 5) ---------
+// As the staged kernel, with the two suspected costs of its measured miss addressed: the key slots are
+// read once into shared memory and the K/V rows staged with 16-byte loads, four in flight per thread
+// (instead of one dependent 4-byte load per word); and each warp loads its next pair's q, prefix state
+// and mask while it computes the current pair. Needs d_q + d_rope and d_v multiples of 8, rows 16-byte
+// aligned (the launcher checks and otherwise runs the staged kernel).
+
+template <typename T, int kWords>
+struct PairInputs {
+  uint32_t q[kWords], prefix[kWords];
+  float lse_prefix;
+  uint64_t bits;
+};
+
+template <typename T, int kWords>
+__device__ __forceinline__ void load_pair(const TreeParams<T>& p, int64_t row, int h, int lane, int kw, int vw,
+                                          uint64_t valid, PairInputs<T, kWords>& in) {
+  const T* po = p.prefix_out ? p.prefix_out + row * p.po_st + h * p.po_sh : nullptr;
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    const int w = lane + 32 * i;
+    uint32_t x = 0u;
+    if (2 * w < p.d_q) x = word_at(p.q, row * p.q_st + h * p.q_sh + 2 * w);
+    else if (w < kw) x = word_at(p.q_rope, row * p.qr_st + h * p.qr_sh + (2 * w - p.d_q));
+    in.q[i] = x;
+    in.prefix[i] = (po && w < vw) ? word_at(po, 2 * w) : 0u;
+  }
+  in.lse_prefix = po ? p.prefix_lse[row * p.pl_st + h * p.pl_sh] : -INFINITY;
+  in.bits = uint64_t(p.mask[row]) & valid;
+}
+
+// Stages `rows_n` rows of `words` 32-bit words (a multiple of 4) per key from global memory (row j at
+// src + s_slot[j] * row_stride elements) into dst [rows_n, words], zeros for invalid slots.
+template <typename T>
+__device__ __forceinline__ void stage_rows(uint32_t* dst, const T* src, int64_t slot_stride, const int32_t* s_slot,
+                                           int rows_n, int words) {
+  const int chunks = words / 4, total = rows_n * chunks;
+  for (int base = threadIdx.x; base < total; base += 4 * blockDim.x) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = base + u * int(blockDim.x);
+      v[u] = make_uint4(0u, 0u, 0u, 0u);
+      if (idx < total) {
+        const int j = idx / chunks, c = idx - j * chunks;
+        const int32_t slot = s_slot[j];
+        if (slot >= 0) v[u] = *reinterpret_cast<const uint4*>(src + int64_t(slot) * slot_stride + 8 * c);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = base + u * int(blockDim.x);
+      if (idx < total) reinterpret_cast<uint4*>(dst)[idx] = v[u];
+    }
+  }
+}
+
+template <typename T, int kWords>
+__global__ void __launch_bounds__(kStagedWarps * 32)
+    tree_attention_staged2_kernel(TreeParams<T> p, int max_keys, bool v_in_k) {
+  extern __shared__ __align__(16) uint32_t smem2[];
+  __shared__ int32_t s_slot[kTreeMaxKeys];
+  __shared__ uint32_t valid_words[2];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r = blockIdx.z, hk = blockIdx.y;
+  const int q_end = p.cu_q[r + 1];
+  const int row0 = p.cu_q[r] + blockIdx.x * kRowsPerCta;
+  if (row0 >= q_end) return;  // uniform over the CTA
+  const int rows = min(kRowsPerCta, q_end - row0);
+  const int n = p.num_keys[r];
+  const int kw = (p.d_q + p.d_rope) / 2, vw = p.d_v / 2;
+  uint32_t* sk = smem2;
+  uint32_t* sv = v_in_k ? smem2 : smem2 + max_keys * kw;
+  const int vs_stride = v_in_k ? kw : vw;
+  if (warp < 2) {
+    const int j = warp * 32 + lane;
+    int64_t slot = -1;
+    if (j < n) slot = p.key_slots[int64_t(r) * p.ks_st + j];
+    const bool ok = j < n && slot >= 0 && slot < p.num_slots;
+    s_slot[j] = ok ? int32_t(slot) : -1;
+    const uint32_t bits = __ballot_sync(0xffffffffu, ok);
+    if (lane == 0) valid_words[warp] = bits;
+  }
+  __syncthreads();
+  stage_rows(sk, p.k + hk * p.k_sh, p.k_ss, s_slot, n, kw);
+  if (!v_in_k) stage_rows(sv, p.v + hk * p.v_sh, p.v_ss, s_slot, n, vw);
+  __syncthreads();
+  const uint64_t valid = uint64_t(valid_words[0]) | (uint64_t(valid_words[1]) << 32);
+
+  const int pairs = rows * p.group;
+  PairInputs<T, kWords> cur{}, next{};
+  if (warp < pairs) load_pair(p, row0 + warp / p.group, hk * p.group + warp % p.group, lane, kw, vw, valid, cur);
+  for (int pair = warp; pair < pairs; pair += kStagedWarps) {
+    const int64_t row = row0 + pair / p.group;
+    const int h = hk * p.group + pair % p.group;
+    const int after = pair + kStagedWarps;
+    if (after < pairs)  // in flight while this pair computes
+      load_pair(p, row0 + after / p.group, hk * p.group + after % p.group, lane, kw, vw, valid, next);
+    float2 qv[kWords], acc[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) qv[i] = unpack2<T>(cur.q[i]), acc[i] = make_float2(0.f, 0.f);
+    float m = -INFINITY, l = 0.f;
+    for (uint64_t bits = cur.bits; bits; bits &= bits - 1) {
+      const int j = __ffsll((long long)bits) - 1;
+      const uint32_t* kr = sk + j * kw;
+      float dot = 0.f;
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const int w = lane + 32 * i;
+        if (w < kw) {
+          const float2 k2 = unpack2<T>(kr[w]);
+          dot = fmaf(qv[i].x, k2.x, fmaf(qv[i].y, k2.y, dot));
+        }
+      }
+      float s = p.scale * ptx::warp_sum(dot);
+      if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
+      const float m_new = fmaxf(m, s);
+      const float corr = expf(m - m_new), pw = expf(s - m_new);
+      l = l * corr + pw;
+      m = m_new;
+      const uint32_t* vr = sv + j * vs_stride;
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const int w = lane + 32 * i;
+        const float2 v2 = w < vw ? unpack2<T>(vr[w]) : make_float2(0.f, 0.f);
+        acc[i].x = fmaf(acc[i].x, corr, pw * v2.x);
+        acc[i].y = fmaf(acc[i].y, corr, pw * v2.y);
+      }
+    }
+    float lse = l > 0.f ? m + logf(l) : -INFINITY;
+    float w_prefix = 0.f, w_tree = 1.f;
+    if (p.prefix_out) merge_weights(cur.lse_prefix, lse, w_prefix, w_tree);
+    const float scale_tree = (l > 0.f ? 1.f / l : 0.f) * w_tree;
+    T* o = p.out + row * p.o_st + h * p.o_sh;
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      const int w = lane + 32 * i;
+      if (w >= vw) continue;
+      const float2 pv = unpack2<T>(cur.prefix[i]);
+      const float x = fmaf(w_prefix, pv.x, acc[i].x * scale_tree), y = fmaf(w_prefix, pv.y, acc[i].y * scale_tree);
+      *reinterpret_cast<uint32_t*>(o + 2 * w) = pack2<T>(x, y);
+    }
+    if (p.lse && lane == 0) p.lse[row * p.l_st + h * p.l_sh] = lse;
+    cur = next;
+  }
+}
+
+// The v2 kernel's extra conditions: 16-byte K/V rows (dims multiples of 8, strides and bases aligned).
+template <typename T>
+bool staged2_ok(const TreeParams<T>& p) {
+  auto m8 = [](int64_t x) { return x % 8 == 0; };
+  auto a16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return staged_ok(p) && m8(p.d_q + p.d_rope) && m8(p.d_v) && m8(p.k_ss) && m8(p.k_sh) && m8(p.v_ss) && m8(p.v_sh) &&
+         a16(p.k) && a16(p.v);
+}
+
+template <typename T, int kWords>
+void launch_staged2(const TreeParams<T>& p, int64_t b, int h_kv, int max_seqlen_q, int max_keys, cudaStream_t stream) {
+  const bool v_in_k = p.v == p.k && p.v_ss == p.k_ss && p.v_sh == p.k_sh;
+  const int kw = (p.d_q + p.d_rope) / 2, vw = p.d_v / 2;
+  const std::size_t smem = std::size_t(max_keys) * std::size_t(kw + (v_in_k ? 0 : vw)) * sizeof(uint32_t);
+  auto kernel = tree_attention_staged2_kernel<T, kWords>;
+  if (smem > 48 * 1024)
+    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned((max_seqlen_q + kRowsPerCta - 1) / kRowsPerCta), unsigned(h_kv), unsigned(b));
+  kernel<<<grid, kStagedWarps * 32, smem, stream>>>(p, max_keys, v_in_k);
+}
+
+// ATTNSERVE_TREE_KERNEL=staged2 opts in to the v2 kernel (an experiment, read at every launch).
+inline bool staged2_requested() {
+  const char* v = std::getenv("ATTNSERVE_TREE_KERNEL");
+  return v && std::strcmp(v, "staged2") == 0;
 }
 
 template <typename T>
@@ -113,6 +483,11 @@ void launch(const TreeAttentionArgs& a, cudaStream_t stream) {
   p.mask = static_cast<const int64_t*>(a.mask.data);
   p.out = static_cast<T*>(a.out.data), p.o_st = a.out.stride(0), p.o_sh = a.out.stride(1);
   if (!a.lse.empty_view()) p.lse = a.lse.ptr<float>(), p.l_st = a.lse.stride(0), p.l_sh = a.lse.stride(1);
+  if (!a.prefix_out.empty_view()) {
+    p.prefix_out = static_cast<const T*>(a.prefix_out.data), p.po_st = a.prefix_out.stride(0);
+    p.po_sh = a.prefix_out.stride(1);
+    p.prefix_lse = a.prefix_lse.ptr<float>(), p.pl_st = a.prefix_lse.stride(0), p.pl_sh = a.prefix_lse.stride(1);
+  }
   p.d_q = int(a.q.size(2)), p.d_rope = a.q_rope.empty_view() ? 0 : int(a.q_rope.size(2));
   p.d_v = int(a.v_cache.size(2));
   p.group = int(a.q.size(1) / a.k_cache.size(1));
@@ -122,8 +497,25 @@ void launch(const TreeAttentionArgs& a, cudaStream_t stream) {
   const int64_t b = a.key_slots.size(0), h_q = a.q.size(1);
   if (b == 0 || a.q.size(0) == 0 || a.max_seqlen_q == 0) return;
   ATTNSERVE_CHECK(b < 65536 && h_q < 65536, "tree_attention: b = ", b, " and h_q = ", h_q, " must be < 65536 on CUDA");
-  const dim3 grid(unsigned((a.max_seqlen_q + kWarps - 1) / kWarps), unsigned(h_q), unsigned(b));
   const int width = std::max(p.d_q + p.d_rope, p.d_v);
+  const int h_kv = int(a.k_cache.size(1)), max_keys = int(a.key_slots.size(1));
+  if (staged2_requested() && staged2_ok(p) && width <= 576) {
+    if (width <= 64) launch_staged2<T, 1>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    else if (width <= 128) launch_staged2<T, 2>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    else if (width <= 256) launch_staged2<T, 4>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    else launch_staged2<T, 9>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    ATTNSERVE_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (staged_ok(p) && width <= 576) {
+    if (width <= 64) launch_staged<T, 1>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    else if (width <= 128) launch_staged<T, 2>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    else if (width <= 256) launch_staged<T, 4>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    else launch_staged<T, 9>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    ATTNSERVE_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const dim3 grid(unsigned((a.max_seqlen_q + kWarps - 1) / kWarps), unsigned(h_q), unsigned(b));
   if (width <= 64) tree_attention_kernel<T, 2><<<grid, kWarps * 32, 0, stream>>>(p);
   else if (width <= 128) tree_attention_kernel<T, 4><<<grid, kWarps * 32, 0, stream>>>(p);
   else if (width <= 256) tree_attention_kernel<T, 8><<<grid, kWarps * 32, 0, stream>>>(p);
