@@ -216,23 +216,25 @@ void bench_copy() {
 struct Paged {
   int b, h_q, h_kv, d, ps, q_len, ctx, max_pages, num_pages;
   bool fp8;
+  int d_v;  // v and out head dim
   Buffer q, k, v, out, lse, pt, sl, cu, ws, kds, vds;
   int q_sets;
   size_t q_set_elems;
 };
 
 Paged make_paged(int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, bool shuffle, uint32_t seed, int pool = 1,
-                 bool fp8 = false) {
-  Paged p{b, h_q, h_kv, d, ps, q_len, ctx, 0, 0, fp8, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, 0, 0};
+                 bool fp8 = false, int d_v = 0) {
+  Paged p{b,  h_q, h_kv, d,  ps, q_len, ctx, 0,  0, fp8, d_v > 0 ? d_v : d, {}, {}, {},
+          {}, {},  {},   {}, {}, {},    {},  {}, 0, 0};
   p.max_pages = (ctx + ps - 1) / ps;
   p.num_pages = b * p.max_pages * std::max(1, pool);
-  const size_t kv_elems = size_t(p.num_pages) * ps * h_kv * d;
-  const size_t kv_bytes = kv_elems * (fp8 ? 1 : 2);
+  const size_t kv_elems = size_t(p.num_pages) * ps * h_kv * d, v_elems = kv_elems / d * p.d_v;
+  const size_t kv_bytes = kv_elems * (fp8 ? 1 : 2), v_bytes = v_elems * (fp8 ? 1 : 2);
   p.k = Buffer(kv_bytes, Device::cuda());
-  p.v = Buffer(kv_bytes, Device::cuda());
+  p.v = Buffer(v_bytes, Device::cuda());
   if (fp8) {
     fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p.k.data()), kv_bytes, seed);
-    fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p.v.data()), kv_bytes, seed + 1);
+    fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p.v.data()), v_bytes, seed + 1);
     CK(cudaGetLastError());
     std::vector<float> ds(size_t(b) * h_kv);
     for (size_t i = 0; i < ds.size(); ++i) ds[i] = 0.25f + 0.01f * float(i % 17);
@@ -242,14 +244,14 @@ Paged make_paged(int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, bo
     CK(cudaMemcpy(p.vds.data(), ds.data(), ds.size() * 4, cudaMemcpyHostToDevice));
   } else {
     fill_bf16(p.k.data(), kv_elems, seed);
-    fill_bf16(p.v.data(), kv_elems, seed + 1);
+    fill_bf16(p.v.data(), v_elems, seed + 1);
   }
   p.q_set_elems = size_t(b) * q_len * h_q * d;
   p.q_sets = std::max<int>(1, int((96ull << 20) / (p.q_set_elems * 2 + 1)) + 1);  // > L2 across sets
   p.q_sets = std::min(p.q_sets, 64);
   p.q = Buffer(p.q_set_elems * 2 * p.q_sets, Device::cuda());
   fill_bf16(p.q.data(), p.q_set_elems * p.q_sets, seed + 2, 2.f);
-  p.out = Buffer(p.q_set_elems * 2, Device::cuda());
+  p.out = Buffer(p.q_set_elems / d * p.d_v * 2, Device::cuda());
   p.lse = Buffer(size_t(b) * q_len * h_q * 4, Device::cuda());
   std::vector<int32_t> ids(static_cast<size_t>(p.num_pages));
   std::iota(ids.begin(), ids.end(), 0);
@@ -272,11 +274,11 @@ PagedAttentionArgs paged_args(Paged& p, int set, bool deterministic) {
   PagedAttentionArgs a{.q = TensorView::contiguous(static_cast<char*>(p.q.data()) + size_t(set) * p.q_set_elems * 2,
                                                    DType::bf16, {total_q, p.h_q, p.d}, Device::cuda()),
                        .k_cache = p.k.view(kv_t, {p.num_pages, p.ps, p.h_kv, p.d}),
-                       .v_cache = p.v.view(kv_t, {p.num_pages, p.ps, p.h_kv, p.d}),
+                       .v_cache = p.v.view(kv_t, {p.num_pages, p.ps, p.h_kv, p.d_v}),
                        .page_table = p.pt.view(DType::i32, {p.b, p.max_pages}),
                        .cache_seqlens = p.sl.view(DType::i32, {p.b}),
                        .cu_seqlens_q = p.cu.view(DType::i32, {p.b + 1}),
-                       .out = p.out.view(DType::bf16, {total_q, p.h_q, p.d})};
+                       .out = p.out.view(DType::bf16, {total_q, p.h_q, p.d_v})};
   a.lse = p.lse.view(DType::f32, {total_q, p.h_q});
   if (p.fp8) {
     a.k_descale = p.kds.view(DType::f32, {p.b, p.h_kv});
@@ -404,23 +406,30 @@ void bench_paged(const std::string& name, int b, int h_q, int h_kv, int d, int p
   bench_decode(name, b, h_q, h_kv, d, ps, q_len, ctx, o);
 }
 
+// d_v: v head dim (0: d); causal false: every row sees all keys (FA3's paper figures are non-causal).
 void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int d, int prefix = 0,
-                   cuda::attn::Tuning tune = {}, int page_size = 16) {
+                   cuda::attn::Tuning tune = {}, int page_size = 16, int d_v = 0, bool causal = true) {
   if (!selected(name)) return;
   const int ctx = s + prefix;
-  Paged p = make_paged(b, h_q, h_kv, d, page_size, s, ctx, true, 99);
-  PagedAttentionArgs a0 = paged_args(p, 0, false);
+  Paged p = make_paged(b, h_q, h_kv, d, page_size, s, ctx, true, 99, 1, false, d_v);
+  auto args = [&](int set) {
+    PagedAttentionArgs a = paged_args(p, set, false);
+    a.causal = causal;
+    return a;
+  };
+  PagedAttentionArgs a0 = args(0);
   const auto cfg = cuda::attn::select(a0, cuda::attn::current_device_caps(), tune);
   p.ws = Buffer(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
   const double us = median_us(
       [&](int i) {
-        cuda::attn::run(paged_args(p, i % p.q_sets, false), Workspace{p.ws.data(), p.ws.bytes()}, {}, tune);
+        cuda::attn::run(args(i % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, tune);
       },
       2, 10);
-  // Causal: each query row i (of s) sees prefix + i + 1 keys.
-  const double pairs = double(b) * (double(s) * prefix + double(s) * (s + 1) / 2.0);
-  const double flops = 4.0 * pairs * h_q * d;
-  const double bytes = 2.0 * b * double(ctx) * h_kv * d * 2 + 2.0 * 2 * b * double(s) * h_q * d;
+  // Causal: each query row i (of s) sees prefix + i + 1 keys; non-causal: all ctx keys. A visible
+  // pair costs 2 d (q . k) + 2 d_v (p v) FLOPs.
+  const double pairs = causal ? double(b) * (double(s) * prefix + double(s) * (s + 1) / 2.0) : double(b) * s * ctx;
+  const double flops = 2.0 * pairs * h_q * (d + p.d_v);
+  const double bytes = double(b) * ctx * h_kv * (d + p.d_v) * 2 + 2.0 * b * double(s) * h_q * (d + p.d_v);
   char note[96];
   if (cfg.sm90())
     std::snprintf(note, sizeof note, "[sm90 wgmma %s]",
@@ -878,6 +887,26 @@ int main(int argc, char** argv) try {
     t.sm90 = 4;
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat sm90pp-eager", 1, 8192, 32, 8, 128, 0, t);
     bench_prefill("prefill b1 s16K hq64 hkv8 d128 causal sm90pp-eager", 1, 16384, 64, 8, 128, 0, t);
+  }
+  // Head dims (default plan: the ping-pong kernel on sm_90 for all of them; names start "hd" so
+  // `bench_attention hd` runs only these). b1 x 8K causal GQA 32/8 for every dim; FA3's paper shapes
+  // (16K tokens, hidden 2048 = h x d, MHA, non-causal); DeepSeek's non-absorbed MLA prefill (q/k 192,
+  // v 128, 16 heads: 128 / TP 8); the portable kernel at d 256 and 192/128 for scale.
+  {
+    const cuda::attn::Tuning t{};
+    for (int d : {64, 96, 128, 192, 256})
+      bench_prefill("hd prefill b1 s8K hq32 hkv8 d" + std::to_string(d) + " causal", 1, 8192, 32, 8, d, 0, t);
+    bench_prefill("hd prefill b1 s8K hq32 hkv8 d192/128 causal", 1, 8192, 32, 8, 192, 0, t, 16, 128);
+    bench_prefill("hd prefill b1 s8K hq16 hkv16 d192/128 causal", 1, 8192, 16, 16, 192, 0, t, 16, 128);
+    bench_prefill("hd extend b8 prefix4K +1K hq16 hkv16 d192/128", 8, 1024, 16, 16, 192, 4096, t, 16, 128);
+    bench_prefill("hd prefill b1 s16K hq32 hkv32 d64 non-causal", 1, 16384, 32, 32, 64, 0, t, 16, 0, false);
+    bench_prefill("hd prefill b1 s16K hq16 hkv16 d128 non-causal", 1, 16384, 16, 16, 128, 0, t, 16, 0, false);
+    bench_prefill("hd prefill b1 s16K hq8 hkv8 d256 non-causal", 1, 16384, 8, 8, 256, 0, t, 16, 0, false);
+    bench_prefill("hd prefill b1 s16K hq8 hkv8 d256 non-causal page128", 1, 16384, 8, 8, 256, 0, t, 128, 0, false);
+    const cuda::attn::Tuning portable{.sm90 = 0};
+    bench_prefill("hd prefill b1 s8K hq32 hkv8 d256 causal portable", 1, 8192, 32, 8, 256, 0, portable);
+    bench_prefill("hd prefill b1 s8K hq16 hkv16 d192/128 causal portable", 1, 8192, 16, 16, 192, 0, portable, 16, 128);
+    bench_prefill("hd prefill b1 s8K hq32 hkv8 d64 causal repeat", 1, 8192, 32, 8, 64, 0, t);
   }
   return 0;
 } catch (const std::exception& e) {  // CUDA errors (CK) and attnserve::Error from the ops

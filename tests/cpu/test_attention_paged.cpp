@@ -77,7 +77,7 @@ TEST(AttentionPaged, Gqa_1_4_8_16) {
 
 TEST(AttentionPaged, HeadDims64_128_256) {
   auto g = rng_for_test();
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 96, 128, 192, 256}) {
     PagedSpec s;
     s.q_lens = {1, 2};
     s.k_lens = {50, 33};
@@ -92,6 +92,9 @@ TEST(AttentionPaged, HeadDims64_128_256) {
   dv.q_lens = {3};
   dv.k_lens = {41};
   check_paged_all_precisions(dv, g, "d128_dv64");
+  dv.d = 192;  // DeepSeek's non-absorbed MLA prefill
+  dv.d_v = 128;
+  check_paged_all_precisions(dv, g, "d192_dv128");
 }
 
 TEST(AttentionPaged, CausalExtendWithPrefix) {

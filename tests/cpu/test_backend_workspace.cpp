@@ -111,11 +111,12 @@ TEST(BackendWorkspace, CudaConfigCheckUsesThePlansSupportLists) {
     return std::string();
   };
   DenseBackendConfig mha = dense(AttentionArch::mha);
-  mha.head_dim = mha.v_head_dim = 96;
-  EXPECT_NE(message(mha).find("CUDA supports head dims 64, 128, 256; q has 96"), std::string::npos) << message(mha);
+  mha.head_dim = mha.v_head_dim = 80;
+  EXPECT_NE(message(mha).find("CUDA supports head dims 64, 96, 128, 192, 192/128, 256; q has 80"), std::string::npos)
+      << message(mha);
   DenseBackendConfig dv = dense(AttentionArch::mha);
   dv.v_head_dim = 64;
-  EXPECT_NE(message(dv).find("head dims equal to q's"), std::string::npos) << message(dv);
+  EXPECT_NE(message(dv).find("q and k_cache have 128, v_cache 64"), std::string::npos) << message(dv);
   DenseBackendConfig mla = dense(AttentionArch::mla);
   mla.head_dim = 320;
   mla.v_head_dim = 256;

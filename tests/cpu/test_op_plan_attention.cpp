@@ -5,6 +5,7 @@
 #include "attnserve/error.h"
 #include "cuda/attention/plan.h"
 #include "cuda/attention/sm80/config.h"
+#include "cuda/attention/sm90/config.h"
 
 namespace attnserve {
 namespace {
@@ -21,13 +22,13 @@ const Targets kWithSm90{.sm90a = true};
 const Targets kNoSm90{.sm90a = false};
 
 // b requests of q_len query rows over ctx keys, h_q 32 / h_kv 8 (group 4), pages of 16.
-Problem problem(int64_t b, int q_len, int64_t ctx, int d = 128, DType kv = DType::bf16) {
+Problem problem(int64_t b, int q_len, int64_t ctx, int d = 128, DType kv = DType::bf16, int d_v = 0) {
   return Problem{.b = b,
                  .total_q = b * q_len,
                  .h_q = 32,
                  .h_kv = 8,
                  .d = d,
-                 .d_v = d,
+                 .d_v = d_v > 0 ? d_v : d,
                  .num_pages = 1 << 16,
                  .page_size = 16,
                  .max_pages = (ctx + 15) / 16,
@@ -87,7 +88,22 @@ TEST(OpPlanAttention, PrefillPicksHopperOnlyWhereBuiltAndOnSm90) {
 
 TEST(OpPlanAttention, HopperNeedsItsHeadDimsDtypesAndNoDescale) {
   EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, 64), kH200, {}, kWithSm90).kernel, Kernel::sm90_ping_pong);
-  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, 256), kH200, {}, kWithSm90).kernel, Kernel::sm80);
+  for (auto [d, d_v] : {std::pair{96, 96}, {192, 192}, {192, 128}, {256, 256}}) {
+    const Plan p = cuda::attn::make_plan(problem(1, 4096, 4096, d, DType::bf16, d_v), kH200, {}, kWithSm90);
+    EXPECT_EQ(p.kernel, Kernel::sm90_ping_pong) << d << "/" << d_v;
+    EXPECT_EQ(p.smem, cuda::attn90::smem_bytes(d, d_v, cuda::attn90::kPingPong));
+    EXPECT_LE(p.smem, kH200.smem_per_block) << d << "/" << d_v;
+    // The A/B baseline is instantiated at d 64 and 128 only: forcing it elsewhere keeps the portable kernel.
+    EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, d, DType::bf16, d_v), kH200, {.sm90 = 4}, kWithSm90).kernel,
+              Kernel::sm80);
+  }
+  // Every variant but the A/B baseline fits the H200's shared memory at every head dim.
+  for (int variant : {1, 2, 3})
+    for (auto [d, d_v] : {std::pair{64, 64}, {96, 96}, {128, 128}, {192, 192}, {192, 128}, {256, 256}})
+      EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, d, DType::bf16, d_v), kH200, {.sm90 = variant}, kWithSm90)
+                    .sm90(),
+                variant)
+          << d << "/" << d_v << " variant " << variant;
   EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, 128, DType::fp8_e4m3), kH200, {}, kWithSm90).kernel,
             Kernel::sm80);
   Problem det = problem(1, 4096, 4096);
@@ -186,13 +202,14 @@ TEST(OpPlanAttention, Fp8CacheTakesADeeperPipeline) {
 TEST(OpPlanAttention, CanImplementNamesWhatIsUnsupported) {
   auto reason = [](Problem p, const DeviceCaps& caps = kH200) { return cuda::attn::can_implement(p, caps).reason; };
   EXPECT_TRUE(cuda::attn::can_implement(problem(2, 1, 100), kH200).ok());
-  EXPECT_NE(reason(problem(2, 1, 100, 96)).find("head dims 64, 128, 256; q has 96"), std::string::npos);
+  EXPECT_NE(reason(problem(2, 1, 100, 80)).find("head dims 64, 96, 128, 192, 192/128, 256; q has 80"),
+            std::string::npos);
   Problem f32 = problem(2, 1, 100);
   f32.dtype = f32.out_dtype = f32.kv_dtype = DType::f32;
   EXPECT_NE(reason(f32).find("q must be bf16, f16 or fp8_e4m3"), std::string::npos);
   Problem dv = problem(2, 1, 100);
   dv.d_v = 64;
-  EXPECT_NE(reason(dv).find("head dims equal"), std::string::npos);
+  EXPECT_NE(reason(dv).find("q and k_cache have 128, v_cache 64"), std::string::npos);
   Problem grp = problem(2, 1, 100);
   grp.h_q = 12;
   EXPECT_NE(reason(grp).find("multiple of h_kv"), std::string::npos);
@@ -204,13 +221,26 @@ TEST(OpPlanAttention, CanImplementNamesWhatIsUnsupported) {
   EXPECT_NE(reason(out).find("out must have q's dtype"), std::string::npos);
   const DeviceCaps tiny{.num_sms = 1, .smem_per_block = 16 * 1024, .arch = 80};
   EXPECT_NE(reason(problem(2, 1, 100, 256), tiny).find("shared memory"), std::string::npos);
-  EXPECT_THROW(cuda::attn::make_plan(problem(2, 1, 100, 96), kH200), Error);
+  EXPECT_THROW(cuda::attn::make_plan(problem(2, 1, 100, 80), kH200), Error);
 }
 
 TEST(OpPlanAttention, HeadDimSupportListIsTheOneTheErrorsName) {
-  EXPECT_EQ(cuda::attn::HeadDims::str(), "64, 128, 256");
-  for (int d : {64, 128, 256}) EXPECT_TRUE(cuda::attn::can_implement(problem(1, 1, 64, d), kH200).ok()) << d;
-  for (int d : {32, 96, 192, 512}) EXPECT_FALSE(cuda::attn::can_implement(problem(1, 1, 64, d), kH200).ok()) << d;
+  EXPECT_EQ(cuda::attn::HeadDims::str(), "64, 96, 128, 192, 192/128, 256");
+  EXPECT_EQ(cuda::attn90::HeadDims::str(), cuda::attn::HeadDims::str());  // every pair also runs on Hopper
+  for (int d : {64, 96, 128, 192, 256}) EXPECT_TRUE(cuda::attn::can_implement(problem(1, 1, 64, d), kH200).ok()) << d;
+  EXPECT_TRUE(cuda::attn::can_implement(problem(1, 1, 64, 192, DType::bf16, 128), kH200).ok());
+  for (int d : {32, 80, 160, 512}) EXPECT_FALSE(cuda::attn::can_implement(problem(1, 1, 64, d), kH200).ok()) << d;
+  EXPECT_FALSE(cuda::attn::can_implement(problem(1, 1, 64, 128, DType::bf16, 192), kH200).ok());
+  // The portable kernel's rows: the wider head dim rounded up to a power of two >= 64.
+  EXPECT_EQ(cuda::attn::row_elems(96, 96), 128);
+  EXPECT_EQ(cuda::attn::row_elems(192, 128), 256);
+  EXPECT_EQ(cuda::attn::row_elems(128, 128), 128);
+  EXPECT_EQ(cuda::attn::row_elems(192, 192), 256);
+  EXPECT_EQ(cuda::attn::row_elems(32, 32), 64);
+  // Split-KV partial outputs are d_v wide.
+  const Plan split = cuda::attn::make_plan(problem(2, 1, 8192, 192, DType::bf16, 128), kH200, {.num_splits = 4});
+  EXPECT_EQ(split.num_splits, 4);
+  EXPECT_EQ(workspace_size(split), cuda::align_up(4u * 2 * 32 * 128 * 4) + cuda::align_up(4u * 2 * 32 * 4));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ namespace attnserve::test {
 struct AttnSpec {
   std::vector<int> q_lens{1}, k_lens{100};
   int h_q = 8, h_kv = 2, d = 128, page_size = 16;
+  int d_v = 0;  // v (and out) head dim; 0: d
   DType dtype = DType::bf16;
   bool fp8 = false, descale = false;
   bool causal = true;
@@ -31,6 +32,7 @@ struct AttnSpec {
   bool strided = false;         // q and out as head-slices of wider tensors
   cuda::attn::Tuning tuning{};  // forced split count / stages / tile rows
   float q_range = 2.f;
+  int dv() const { return d_v > 0 ? d_v : d; }
 };
 
 // n random lengths in [lo, hi].
@@ -80,7 +82,7 @@ struct AttnCase {
 
     const DType kv_t = s.fp8 ? DType::fp8_e4m3 : s.dtype;
     kc = HostTensor(kv_t, {num_pages, ps, s.h_kv, s.d});
-    vc = HostTensor(kv_t, {num_pages, ps, s.h_kv, s.d});
+    vc = HostTensor(kv_t, {num_pages, ps, s.h_kv, s.dv()});
     set_nan(kc);
     set_nan(vc);
     std::vector<int> ids(static_cast<size_t>(num_pages));
@@ -96,11 +98,10 @@ struct AttnCase {
       for (int i = 0; i < pages_of[size_t(r)]; ++i) pt.ptr<int32_t>()[r * max_pages + i] = ids[size_t(next++)];
       for (int j = 0; j < s.k_lens[size_t(r)]; ++j) {
         const int64_t page = pt.ptr<int32_t>()[r * max_pages + j / ps], slot = page * ps + j % ps;
-        for (int h = 0; h < s.h_kv; ++h)
-          for (int c = 0; c < s.d; ++c) {
-            kc.set((slot * s.h_kv + h) * s.d + c, u(g));
-            vc.set((slot * s.h_kv + h) * s.d + c, u(g));
-          }
+        for (int h = 0; h < s.h_kv; ++h) {
+          for (int c = 0; c < s.d; ++c) kc.set((slot * s.h_kv + h) * s.d + c, u(g));
+          for (int c = 0; c < s.dv(); ++c) vc.set((slot * s.h_kv + h) * s.dv() + c, u(g));
+        }
       }
     }
     seqlens = HostTensor(DType::i32, {b});
@@ -160,7 +161,7 @@ struct GpuResult {
 inline GpuResult run_on_gpu(const AttnCase& c, const cuda::attn::Tuning& tune) {
   DeviceTensor dq(c.q), dk(c.kc), dv(c.vc), dp(c.pt), ds(c.seqlens), dc(c.cu);
   const int hq_alloc = c.spec.strided ? c.spec.h_q + 1 : c.spec.h_q;
-  HostTensor out_h(c.spec.dtype, {c.total_q, hq_alloc, c.spec.d}), lse_h(DType::f32, {c.total_q, c.spec.h_q});
+  HostTensor out_h(c.spec.dtype, {c.total_q, hq_alloc, c.spec.dv()}), lse_h(DType::f32, {c.total_q, c.spec.h_q});
   set_nan(out_h);
   set_nan(lse_h);
   DeviceTensor dout(out_h), dlse(lse_h);
@@ -190,7 +191,8 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
   const int hq_alloc = spec.strided ? spec.h_q + 1 : spec.h_q;
   // fp64 oracle on exact f32 widenings.
   HostTensor q64 = widen(c.q), k64 = widen(c.kc), v64 = widen(c.vc);
-  HostTensor out64(DType::f32, {c.total_q, hq_alloc, spec.d}), lse64(DType::f32, {c.total_q, spec.h_q});
+  const int dv = spec.dv();
+  HostTensor out64(DType::f32, {c.total_q, hq_alloc, dv}), lse64(DType::f32, {c.total_q, spec.h_q});
   set_nan(out64);
   set_nan(lse64);
   TensorView kd = spec.descale ? c.kds.view : TensorView{}, vd = spec.descale ? c.vds.view : TensorView{};
@@ -200,7 +202,7 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
     cpu::paged_attention(a, /*fp64=*/true);
   }
   // Same-precision reference: the f32 oracle on the narrow tensors.
-  HostTensor out32(spec.dtype, {c.total_q, hq_alloc, spec.d}), lse32(DType::f32, {c.total_q, spec.h_q});
+  HostTensor out32(spec.dtype, {c.total_q, hq_alloc, dv}), lse32(DType::f32, {c.total_q, spec.h_q});
   set_nan(out32);
   set_nan(lse32);
   paged_attention(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
@@ -210,7 +212,7 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
     std::vector<double> v;
     for (int row = c.row_begin(); row < c.row_end(); ++row)
       for (int h = 0; h < spec.h_q; ++h)
-        for (int e = 0; e < spec.d; ++e) v.push_back(t.get((int64_t(row) * hq_alloc + h) * spec.d + e));
+        for (int e = 0; e < dv; ++e) v.push_back(t.get((int64_t(row) * hq_alloc + h) * dv + e));
     return v;
   };
   const std::vector<double> ref = batch_out(out64), lse_ref = rows_as_doubles(lse64, c.row_begin(), c.row_end());
@@ -231,8 +233,8 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
     const bool outside = row < c.row_begin() || row >= c.row_end();
     for (int h = 0; h < hq_alloc; ++h) {
       if (!outside && h < spec.h_q) continue;
-      for (int e = 0; e < spec.d; ++e) {
-        const int64_t i = (int64_t(row) * hq_alloc + h) * spec.d + e;
+      for (int e = 0; e < dv; ++e) {
+        const int64_t i = (int64_t(row) * hq_alloc + h) * dv + e;
         const uint8_t* p = first.out.bytes.data() + i * 2;
         if (p[0] != 0xff || p[1] != 0xff) {
           ADD_FAILURE() << "out row " << row << " head " << h << " written outside the batch";

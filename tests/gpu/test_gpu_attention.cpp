@@ -1,7 +1,7 @@
 // Paged attention on CUDA against the CPU oracle: decode, draft decode, target verify, extend with
-// a cached prefix, prefill; head dims 64/128/256; GQA groups 1..16; page sizes 1/16/64; causal,
-// windows, softcap; FP8 KV with descale; f16; split-KV (forced counts); named edge cases; and the
-// deterministic mode's batch invariance.
+// a cached prefix, prefill; head dims 64/96/128/192/256 and 192/128 (d_v != d); GQA groups 1..16; page sizes 1/16/64;
+// causal, windows, softcap; FP8 KV with descale; f16; split-KV (forced counts); named edge cases; and the deterministic
+// mode's batch invariance.
 #include "gpu_attention_case.h"
 
 using namespace attnserve;
@@ -424,5 +424,50 @@ TEST(GpuAttention, DeterministicBatchInvariance) {
         0)
         << "deterministic mode: the request's lse bits depend on the batch";
     check_case(big, g);  // and the deterministic path is correct
+  }
+}
+
+// The portable kernel at the head dims whose rows it pads (96 -> 128, 192/128 -> 256 elements) and
+// at 192: decode with forced splits (the d_v-wide partial outputs and their merge), extend (MT 4),
+// FP8 with descale; Tuning::sm90 = 0 keeps it off the Hopper kernels.
+TEST(GpuAttention, HeadDims96And192AndDvNotD) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (auto [d, d_v] : {std::pair{96, 96}, {192, 192}, {192, 128}}) {
+    const std::string dims = "d " + std::to_string(d) + "/" + std::to_string(d_v);
+    AttnSpec base;
+    base.d = d;
+    base.d_v = d_v;
+    base.tuning.sm90 = 0;
+    {
+      SCOPED_TRACE(dims + " decode, 3 splits, page 16");
+      AttnSpec s = base;
+      s.q_lens = std::vector<int>(4, 1);
+      s.k_lens = {1500, 1, 700, 129};
+      s.h_q = 16;
+      s.h_kv = 4;
+      s.tuning.num_splits = 3;
+      check_case(s, g);
+    }
+    {
+      SCOPED_TRACE(dims + " extend MT 4, page 5, window 60");
+      AttnSpec s = base;
+      s.q_lens = {1, 70, 3, 0};
+      s.k_lens = with_prefix(g, s.q_lens, 300);
+      s.page_size = 5;
+      s.window_left = 60;
+      check_case(s, g);
+    }
+    {
+      SCOPED_TRACE(dims + " fp8 + descale, f16, softcap");
+      AttnSpec s = base;
+      s.dtype = DType::f16;
+      s.fp8 = true;
+      s.descale = true;
+      s.softcap = 20.f;
+      s.q_lens = {1, 1, 4, 23};
+      s.k_lens = with_prefix(g, s.q_lens, 500);
+      check_case(s, g);
+    }
   }
 }

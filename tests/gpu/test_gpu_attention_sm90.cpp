@@ -3,7 +3,9 @@
 // table columns, NaN in unowned slots, rows outside the batch untouched, two runs bit-identical).
 // Tuning::sm90 = 1 / 2 / 3 / 4 forces each Hopper kernel; each case first checks the selector picked it.
 // Covers prefill b1 long, extend with prefixes (varlen, zero-length q), causal on/off, windows,
-// softcap, GQA 32/8, 16/2, 8/8, 16/1, page sizes 1/16/64, LSE on/off, lengths off the tile, d 64, f16.
+// softcap, GQA 32/8, 16/2, 8/8, 16/1, page sizes 1/16/64, LSE on/off, lengths off the tile, d 64, f16;
+// and the head dims 96, 192, 256 and 192/128 (d_v != d) with their own tiles (sm90/config.h).
+#include "cuda/attention/sm90/config.h"
 #include "gpu_attention_case.h"
 #include "gpu_sm90_util.h"
 
@@ -14,8 +16,9 @@ namespace {
 
 // Runs the spec through each Hopper kernel (Tuning::sm90 = kCoop, kWarpSpecialized, kPingPong,
 // kPingPongEager): checks that the selector takes it, then the full case against the oracle.
-void check_sm90(AttnSpec s, std::mt19937_64& g) {
-  for (int variant : {1, 2, 3, 4}) {
+void check_sm90(AttnSpec s, std::mt19937_64& g, std::initializer_list<int> variants = {1, 2, 3, 4}) {
+  for (int variant : variants) {
+    if (!cuda::attn90::variant_built(s.d, s.dv(), variant)) continue;  // kPingPongEager: d 64 and 128 only
     SCOPED_TRACE(variant == 1   ? "kernel kCoop (2 warpgroups load + compute)"
                  : variant == 2 ? "kernel kWarpSpecialized (producer + 2 consumers)"
                  : variant == 3 ? "kernel kPingPong (producer + 2 consumers taking turns, stale max)"
@@ -52,6 +55,11 @@ TEST(GpuAttentionSm90, AutoSelectsHopperForPrefillOnly) {
   prefill.h_kv = 8;
   prefill.extra_table_cols = 0;
   EXPECT_TRUE(selected(prefill)) << "prefill b1 2K h32/8";
+  AttnSpec mla = prefill;  // DeepSeek's non-absorbed MLA prefill: q/k 192, v 128, MHA
+  mla.d = 192;
+  mla.d_v = 128;
+  mla.h_q = mla.h_kv = 16;
+  EXPECT_TRUE(selected(mla)) << "prefill b1 2K h16/16 d 192/128";
   AttnSpec decode;
   decode.q_lens = std::vector<int>(4, 1);
   decode.k_lens = std::vector<int>(4, 500);
@@ -253,5 +261,124 @@ TEST(GpuAttentionSm90, StaleMaxRescalesWhenScoresGrow) {
     s.h_kv = 8;
     s.q_range = 32.f;
     check_sm90(s, g);
+  }
+}
+
+// The head dims with their own tiles (config.h: tile_keys, ws_stages): 96 (a padded second panel),
+// 192 (96-key tiles, 2 stages), 192/128 (d_v != d: DeepSeek's non-absorbed MLA prefill, MHA), 256
+// (64-key tiles, 2 stages).
+const std::pair<int, int> kNewHeadDims[] = {{96, 96}, {192, 192}, {192, 128}, {256, 256}};
+
+std::string dims_name(std::pair<int, int> dims) {
+  return "d " + std::to_string(dims.first) + (dims.first == dims.second ? "" : "/" + std::to_string(dims.second));
+}
+
+TEST(GpuAttentionSm90, HeadDimsPrefillCausalAndNonCausal) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (auto dims : kNewHeadDims)
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(dims_name(dims) + (causal ? " causal" : " non-causal"));
+      AttnSpec s;
+      s.d = dims.first;
+      s.d_v = dims.second;
+      s.q_lens = {300, 129, 1};  // off the 64/96/128-key tiles and the 128-row block
+      s.k_lens = s.q_lens;
+      s.h_q = 16;
+      s.h_kv = 4;
+      s.causal = causal;
+      check_sm90(s, g, {1, 2, 3});
+    }
+}
+
+// Extend with prefixes over GQA groups 1/4/8, page sizes 1/16/64/128 (128: one page per 128-key
+// tile), windows, softcap, LSE off, empty and one-token requests: the ping-pong kernel (the auto
+// choice), then kWarpSpecialized on the window case.
+TEST(GpuAttentionSm90, HeadDimsExtendGqaPagesWindowsSoftcap) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (auto dims : kNewHeadDims) {
+    SCOPED_TRACE(dims_name(dims));
+    AttnSpec base;
+    base.d = dims.first;
+    base.d_v = dims.second;
+    {
+      SCOPED_TRACE("MHA 8/8, page 1, empty and one-token requests");
+      AttnSpec s = base;
+      s.q_lens = {37, 0, 1, 200};
+      s.k_lens = with_prefix(g, s.q_lens, 300);
+      s.h_q = 8;
+      s.h_kv = 8;
+      s.page_size = 1;
+      check_sm90(s, g, {3});
+    }
+    {
+      SCOPED_TRACE("GQA 16/4, page 64, window_left 70");
+      AttnSpec s = base;
+      s.q_lens = {150, 17};
+      s.k_lens = with_prefix(g, s.q_lens, 400);
+      s.h_q = 16;
+      s.h_kv = 4;
+      s.page_size = 64;
+      s.window_left = 70;
+      check_sm90(s, g, {2, 3});
+    }
+    {
+      SCOPED_TRACE("GQA 32/4, page 128, softcap 30, no lse, non-causal window 100 / 20");
+      AttnSpec s = base;
+      s.q_lens = {90, 33};
+      s.k_lens = with_prefix(g, s.q_lens, 500);
+      s.h_q = 32;
+      s.h_kv = 4;
+      s.page_size = 128;
+      s.softcap = 30.f;
+      s.q_range = 8.f;
+      s.with_lse = false;
+      s.causal = false;
+      s.window_left = 100;
+      s.window_right = 20;
+      check_sm90(s, g, {3});
+    }
+    {
+      SCOPED_TRACE("f16, GQA 16/2, page 16, q_len > k_len");
+      AttnSpec s = base;
+      s.dtype = DType::f16;
+      s.q_lens = {150, 64};
+      s.k_lens = {20, 300};
+      s.h_q = 16;
+      s.h_kv = 2;
+      check_sm90(s, g, {3});
+    }
+  }
+}
+
+// Long prefill (many tiles per CTA, every pipeline stage reused) and the stale max's rescale branch
+// (q in [-16, 16] with a window) at the widest head dims.
+TEST(GpuAttentionSm90, HeadDimsLongPrefillAndRescale) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (auto dims : {std::pair{192, 128}, {256, 256}}) {
+    SCOPED_TRACE(dims_name(dims));
+    {
+      AttnSpec s;
+      s.d = dims.first;
+      s.d_v = dims.second;
+      s.q_lens = {1337};
+      s.k_lens = s.q_lens;
+      s.h_q = 16;
+      s.h_kv = 4;
+      check_sm90(s, g, {3});
+    }
+    {
+      SCOPED_TRACE("window_left 300, q_range 16");
+      AttnSpec s;
+      s.d = dims.first;
+      s.d_v = dims.second;
+      s.q_lens = {700};
+      s.k_lens = s.q_lens;
+      s.window_left = 300;
+      s.q_range = 16.f;
+      check_sm90(s, g, {3});
+    }
   }
 }

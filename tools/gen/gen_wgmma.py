@@ -5,7 +5,7 @@ typed; rerun after changing this script: python3 tools/gen/gen_wgmma.py > src/cu
 """
 
 DTYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
-NS = [32, 64, 128, 256]
+NS = [32, 64, 96, 128, 192, 256]
 
 
 def regs(n, first):

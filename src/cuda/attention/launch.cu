@@ -52,7 +52,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
   ATTNSERVE_CHECK(ws.bytes >= c.ws_bytes, kOp, ": workspace of ", ws.bytes, " bytes is too small, need ", c.ws_bytes,
                   " (paged_attention_workspace_size)");
 
-  const int d = int(a.q.size(2));
+  const int d = int(a.q.size(2)), d_v = int(a.v_cache.size(3));
   const int h_q = int(a.q.size(1)), h_kv = int(a.k_cache.size(2));
   const int64_t kes = int64_t(dtype_size(a.k_cache.dtype));
 
@@ -140,7 +140,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
     case Kernel::sm90_ping_pong:
     case Kernel::sm90_ping_pong_eager:
 #ifdef ATTNSERVE_HAVE_SM90
-      attn90::launch_paged_attention(p, a.q.dtype, d, c.sm90(), c.m_blocks, b, s);
+      attn90::launch_paged_attention(p, a.q.dtype, d, d_v, c.sm90(), c.m_blocks, b, s);
       ATTNSERVE_CUDA_CHECK_LAUNCH();
       return;
 #else
@@ -151,9 +151,10 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
 
   if (c.num_splits > 1) {
     const int64_t rows = int64_t(total_q) * h_q;
-    MergeInput in{p.part_o, rows * d, int64_t(h_q) * d, d, p.part_lse, rows, h_q, 1, c.num_splits, p.cu_seqlens_q, b};
+    MergeInput in{p.part_o, rows * d_v,   int64_t(h_q) * d_v, d_v, p.part_lse, rows, h_q,
+                  1,        c.num_splits, p.cu_seqlens_q,     b};
     MergeOutput out{a.out.data, a.out.stride(0), a.out.stride(1), p.lse, p.lse_st, p.lse_sh};
-    launch_merge_states(in, DType::f32, out, a.out.dtype, total_q, h_q, d, s);
+    launch_merge_states(in, DType::f32, out, a.out.dtype, total_q, h_q, d_v, s);
   }
 }
 

@@ -25,10 +25,12 @@ bool sm90_env_allowed() {
 }
 
 // The Hopper kernel supports the problem: built, sm_90 device, bf16/f16 K/V of q's dtype, its head
-// dims, no descale, not deterministic (its row blocks differ from the portable MT = 1 order).
+// dims (and this variant instantiated for them), no descale, not deterministic (its row blocks
+// differ from the portable MT = 1 order).
 bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t, int variant) {
-  return t.sm90a && caps.arch == 90 && p.kv_dtype == p.dtype && attn90::HeadDims::contains(p.d) && !p.descale &&
-         !p.deterministic && attn90::smem_bytes(p.d, variant) <= caps.smem_per_block &&
+  return t.sm90a && caps.arch == 90 && p.kv_dtype == p.dtype && attn90::HeadDims::contains(p.d, p.d_v) &&
+         attn90::variant_built(p.d, p.d_v, variant) && !p.descale && !p.deterministic &&
+         attn90::smem_bytes(p.d, p.d_v, variant) <= caps.smem_per_block &&
          // 32-bit byte-stride arithmetic in its K/V gather (sm90/tile_load.cuh); slots are 32-bit for
          // every kernel (can_implement)
          p.kv_token_stride * 2 <= INT32_MAX;
@@ -90,8 +92,11 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
     return unsupported(kOp, ": an fp8_e4m3 q needs an fp8_e4m3 k_cache, got ", dtype_name(p.kv_dtype));
   if (p.kv_dtype != p.dtype && p.kv_dtype != DType::fp8_e4m3)
     return unsupported(kOp, ": k_cache must have q's dtype or fp8_e4m3 on CUDA, got ", dtype_name(p.kv_dtype));
-  if (!HeadDims::contains(p.d)) return unsupported(kOp, ": CUDA supports head dims ", HeadDims::str(), "; q has ", p.d);
-  if (p.d_v != p.d) return unsupported(kOp, ": CUDA needs k_cache and v_cache head dims equal to q's (", p.d, ")");
+  if (!HeadDims::contains(p.d, p.d_v)) {
+    if (p.d == p.d_v) return unsupported(kOp, ": CUDA supports head dims ", HeadDims::str(), "; q has ", p.d);
+    return unsupported(kOp, ": CUDA supports head dims (q/k or q/k/v) ", HeadDims::str(), "; q and k_cache have ", p.d,
+                       ", v_cache ", p.d_v);
+  }
   if (fp8_q ? (p.out_dtype != DType::bf16 && p.out_dtype != DType::f16) : p.out_dtype != p.dtype)
     return unsupported(kOp, fp8_q ? ": out must be bf16 or f16 for an fp8_e4m3 q" : ": out must have q's dtype");
   if (p.num_pages * p.page_size >= (int64_t(1) << 31))
@@ -101,8 +106,9 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0)
     return unsupported(kOp, ": h_q (", p.h_q, ") must be a multiple of h_kv (", p.h_kv, ")");
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  if (smem_bytes(p.d, fp8, 1, 2) > caps.smem_per_block)
-    return unsupported(kOp, ": head dim ", p.d, " needs ", smem_bytes(p.d, fp8, 1, 2),
+  const int row = row_elems(p.d, p.d_v);
+  if (smem_bytes(row, fp8, 1, 2) > caps.smem_per_block)
+    return unsupported(kOp, ": head dim ", p.d, " needs ", smem_bytes(row, fp8, 1, 2),
                        " bytes of shared memory per block, the device allows ", caps.smem_per_block);
   return {};
 }
@@ -113,6 +119,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   Plan c;
   c.problem = p;
   const int d = p.d;
+  const int row = row_elems(p.d, p.d_v);  // the portable kernel's shared-memory row (elements)
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   const int h_kv = p.h_kv, group = p.h_q / std::max(1, h_kv);
   const int64_t rows_max = int64_t(std::max(1, p.max_seqlen_q)) * group;
@@ -127,19 +134,19 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   const std::size_t per_block = caps.smem_per_block;
   const std::size_t two_ctas = (per_block + 1024) / 2 - 1024;
   const std::size_t three_ctas = (per_block + 1024) / 3 - 1024;
-  const bool want3 = tune.ctas == 3 && supports_three_ctas(d, c.mt);
-  const int smax = max_stages_for(d, fp8);
+  const bool want3 = tune.ctas == 3 && supports_three_ctas(row, c.mt);
+  const int smax = max_stages_for(row, fp8);
   c.stages = 0;
   for (int s = smax; s >= 2 && !c.stages && want3; --s)
-    if (smem_bytes(d, fp8, c.mt, s) <= three_ctas) c.stages = s;
+    if (smem_bytes(row, fp8, c.mt, s) <= three_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
-    if (smem_bytes(d, fp8, c.mt, s) <= two_ctas) c.stages = s;
+    if (smem_bytes(row, fp8, c.mt, s) <= two_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
-    if (smem_bytes(d, fp8, c.mt, s) <= per_block) c.stages = s;
+    if (smem_bytes(row, fp8, c.mt, s) <= per_block) c.stages = s;
   if (tune.stages >= 2 && tune.stages <= kMaxStages) c.stages = tune.stages;
-  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(d, fp8, c.mt, 2),
+  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(row, fp8, c.mt, 2),
                   " bytes of shared memory per block, the device allows ", per_block);
-  c.smem = smem_bytes(d, fp8, c.mt, c.stages);
+  c.smem = smem_bytes(row, fp8, c.mt, c.stages);
   // Three CTAs per SM also need the 168-register kernel (launch: __launch_bounds__(128, 3)).
   c.ctas_per_sm = want3 && c.smem <= three_ctas ? 3 : c.smem <= two_ctas ? 2 : 1;
   const int ctas_per_sm = c.ctas_per_sm;
@@ -182,7 +189,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     c.num_splits = 1;
     c.split_keys = 0;
     c.m_blocks = ceil_div(rows_max, attn90::kRows);
-    c.smem = attn90::smem_bytes(d, variant);
+    c.smem = attn90::smem_bytes(d, p.d_v, variant);
     c.ctas_per_sm = 1;
   }
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
@@ -197,7 +204,7 @@ WorkspaceLayout workspace_layout(const Plan& plan, void* base) {
   const std::size_t splits = std::size_t(plan.num_splits);
   WorkspaceCarver carve(base);
   if (plan.num_splits > 1) {
-    l.part_o = carve.take<float>(splits * rows * std::size_t(plan.problem.d));
+    l.part_o = carve.take<float>(splits * rows * std::size_t(plan.problem.d_v));
     l.part_lse = carve.take<float>(splits * rows);
   }
   if (widen_q) l.q_wide = carve.take<uint16_t>(rows * std::size_t(plan.problem.d));

@@ -91,7 +91,7 @@ inline std::size_t workspace_size(const Plan& plan) { return plan.ws_bytes; }
 
 // The split-KV partial states (sm80, num_splits > 1); with a null base only the size is counted.
 struct WorkspaceLayout {
-  float* part_o = nullptr;    // [num_splits, total_q, h_q, d] f32
+  float* part_o = nullptr;    // [num_splits, total_q, h_q, d_v] f32
   float* part_lse = nullptr;  // [num_splits, total_q, h_q] f32
   void* q_wide = nullptr;     // sm80 with an fp8 q: [total_q, h_q, d] q widened to out's dtype (exact)
   std::size_t bytes = 0;

@@ -1,15 +1,27 @@
 // Portable (sm80+) paged attention: what the kernel supports, its tile shapes and shared-memory size.
 // Host-visible (plain C++): the plan (../plan.cpp) sizes and chooses with it, the kernel is built from it.
-// Adding a head dim: add it to HeadDims and add its instantiations (instantiations/).
+// Adding a head dim: add its (q/k, v) pair to HeadDims and add its instantiations (instantiations/).
 #pragma once
 #include <cstddef>
 
+#include "cuda/common/head_dim_list.h"
 #include "cuda/common/plan_util.h"
 
 namespace attnserve::cuda::attn {
 
-using HeadDims = IntList<64, 128, 256>;  // q/k = v head dims of the instantiations
+// (q/k, v) head dims of the instantiations; 192/128 is DeepSeek's non-absorbed MLA prefill.
+using HeadDims = HeadDimList<HeadDimPair<64, 64>, HeadDimPair<96, 96>, HeadDimPair<128, 128>, HeadDimPair<192, 192>,
+                             HeadDimPair<192, 128>, HeadDimPair<256, 256>>;
 
+// Elements of a Q, K or V row in shared memory: the wider head dim rounded up to a power of two
+// >= 64 (swz() XORs 8 chunks, and a row's 16-byte chunks must divide the 128 loading threads), so
+// one thread mapping loads K and V; the columns past a tensor's own head dim are never loaded nor
+// read (d 96 -> 128, 192 and 192/128 -> 256).
+constexpr int row_elems(int d, int d_v) {
+  int r = 64;
+  while (r < d || r < d_v) r *= 2;
+  return r;
+}
 constexpr int kThreads = 128;
 constexpr int kTileKeys = 64;
 // Keys per pipeline stage. Measured on the H200 (bench/NOTES.md): 32-key tiles with a deeper
@@ -26,12 +38,13 @@ constexpr int kDeterministicSplitKeys = 4096;
 constexpr bool supports_three_ctas(int d, int mt) { return mt == 1 && d <= 128; }
 
 // Deepest pipeline worth having; the plan then takes the deepest that fits two CTAs per SM.
+// d: row_elems(d, d_v).
 constexpr int max_stages_for(int d, bool fp8) {
   const int s = (d <= 64 ? 4 : d <= 128 ? 3 : 2) + (fp8 ? 1 : 0);
   return s < 4 ? s : 4;
 }
 
-// Shared memory of one CTA (bytes); the kernel lays it out the same way.
+// Shared memory of one CTA (bytes); the kernel lays it out the same way. d: row_elems(d, d_v).
 constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
   const std::size_t q = std::size_t(16 * mt) * d * 2;
   const std::size_t raw_tile = std::size_t(tile_keys(mt)) * d * (fp8 ? 1 : 2);

@@ -12,6 +12,10 @@
 // also supports splitting output columns across warps (DH), unused since 32-key tiles lost.
 // Online softmax in base 2.
 //
+// Head dims: q/k D and v DV (192/128 for DeepSeek's non-absorbed MLA). K and V rows share one
+// shared-memory width, row_elems(D, DV) (config.h), so one thread mapping loads both; a thread's
+// chunk past a tensor's own head dim is not loaded (d 96: 12 of 16 chunks) and never read.
+//
 // FP8 KV: the e4m3 tile lands in shared memory as bytes and is widened to T (exact) before the
 // tensor cores read it; k_descale scales the scores and v_descale the output.
 //
@@ -31,19 +35,22 @@ namespace attnserve::cuda::attn {
 
 constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
 
-template <typename T, int D, bool FP8, int MT>
+template <typename T, int D, int DV, bool FP8, int MT>
 struct Traits {
   static constexpr int kRows = 16 * MT;        // packed rows per CTA
   static constexpr int kTile = tile_keys(MT);  // keys per pipeline stage
   static constexpr int KS = MT == 1 ? 4 : 1;   // key slices per tile
   static constexpr int DH = 1;                 // output-column parts
   static constexpr int NKW = kTile / KS;       // keys per warp per tile (16 or 64)
-  static constexpr int DW = D / DH;            // output columns per warp
+  static constexpr int DW = DV / DH;           // output columns per warp
   static_assert(MT * KS * DH == 4, "4 warps");
-  static constexpr int kRowBytes = D * 2;  // a T row in shared memory
-  static constexpr int kChunks = D / 8;    // 16-byte chunks of a T row
-  static constexpr int kRawRowBytes = FP8 ? D : D * 2;
+  static constexpr int kP = row_elems(D, DV);  // elements of a Q, K or V row in shared memory
+  static constexpr int kRowBytes = kP * 2;     // a T row in shared memory
+  static constexpr int kQChunks = D / 8;       // 16-byte chunks of a q row
+  static constexpr int kRawRowBytes = FP8 ? kP : kP * 2;
   static constexpr int kRawChunks = kRawRowBytes / 16;
+  static constexpr int kKRawChunks = (FP8 ? D : D * 2) / 16;  // chunks a K row has (the rest: padding)
+  static constexpr int kVRawChunks = (FP8 ? DV : DV * 2) / 16;
   static constexpr int kRawTileBytes = kTile * kRawRowBytes;
   static constexpr int kLoadStep = kThreads / kRawChunks;   // tile rows covered per pass
   static constexpr int kRowsPerThread = kTile / kLoadStep;  // tile rows each thread loads
@@ -51,11 +58,11 @@ struct Traits {
   static constexpr int kQBytes = kRows * kRowBytes;
   static constexpr int kConvBytes = FP8 ? 2 * kTile * kRowBytes : 0;
   static constexpr bool kQInRegs = D <= 128;
-  static constexpr int kOStride = D + 8;  // f32 row stride of the epilogue buffer (bank spread)
+  static constexpr int kOStride = DV + 8;  // f32 row stride of the epilogue buffer (bank spread)
   static_assert(kThreads % kRawChunks == 0 && kTile % kLoadStep == 0, "tile load mapping");
   static_assert(kRowsPerThread >= 2 && kRowsPerThread <= 16 && (1 << kRowsPerThreadLog) == kRowsPerThread,
                 "page runs: 2..16 rows per thread, a power of two");
-  static_assert(D % 64 == 0, "head dim must be a multiple of 64");
+  static_assert(D % 16 == 0 && DV % 16 == 0, "head dims must be multiples of 16");
 };
 
 // Byte offset of 16-byte chunk `c` of row `r` in a swizzled T tile (rows of D*2 bytes): XOR of the
@@ -73,9 +80,9 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
 
 // MIN_CTAS: the CTAs per SM the register allocation must allow (__launch_bounds__); 3 caps MT = 1
 // at d <= 128 to 168 registers so three 2-stage CTAs (12 warps) share an SM (Plan::ctas_per_sm).
-template <typename T, int D, bool FP8, int MT, int MIN_CTAS>
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
 __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(const Params p) {
-  using Tr = Traits<T, D, FP8, MT>;
+  using Tr = Traits<T, D, DV, FP8, MT>;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int mb = blockIdx.x;
@@ -121,8 +128,8 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   float* sRowLse = sStat + 576;    // [64]
 
   // ---- Q: packed rows -> swizzled tile (zeros for rows past the request)
-  for (int idx = tid; idx < Tr::kRows * Tr::kChunks; idx += kThreads) {
-    const int row = idx / Tr::kChunks, ch = idx % Tr::kChunks;
+  for (int idx = tid; idx < Tr::kRows * Tr::kQChunks; idx += kThreads) {
+    const int row = idx / Tr::kQChunks, ch = idx % Tr::kQChunks;
     const int pr = row0 + row;
     const bool valid = pr < rows_total;
     const char* src = p.q;
@@ -154,6 +161,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
 
   // ---- K/V tile loads: thread owns chunk `lch` of rows lrow0 + i * kLoadStep.
   const int lch = tid % Tr::kRawChunks, lrow0 = tid / Tr::kRawChunks;
+  // Whether this thread's chunk is part of a K / V row (compile-time true when no row is padded).
+  const bool k_chunk = Tr::kKRawChunks == Tr::kRawChunks || lch < Tr::kKRawChunks;
+  const bool v_chunk = Tr::kVRawChunks == Tr::kRawChunks || lch < Tr::kVRawChunks;
   auto issue = [&](int tile) {
     char* dK = sKV + (tile % p.stages) * 2 * Tr::kRawTileBytes;
     char* dV = dK + Tr::kRawTileBytes;
@@ -171,8 +181,8 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
       const int bytes = slot >= 0 ? 16 : 0;
       const int64_t s = slot >= 0 ? slot : 0;
-      ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
-      ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
+      if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
+      if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * p.v_stok, bytes);
     };
     // Decode is bound by instructions per tile (ncu: issue-bound at 8 warps/SM): power-of-two
     // page sizes use shifts (measured +30% over integer division on one H200). The branch is
@@ -201,8 +211,8 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
             const int i = g * RUN + r, row = lrow0 + i * Tr::kLoadStep;
             const int bytes = page_ok && j0 + row < k_end ? 16 : 0;
             const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
-            ptx::cp_async_16(ptx::smem_addr(dK + off), k_row + r * k_step, bytes);
-            ptx::cp_async_16(ptx::smem_addr(dV + off), v_row + r * v_step, bytes);
+            if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), k_row + r * k_step, bytes);
+            if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), v_row + r * v_step, bytes);
           }
         }
       };
@@ -460,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   __syncthreads();
 
   const bool direct = p.num_splits == 1;
-  constexpr int kC4 = D / 4;
+  constexpr int kC4 = DV / 4;
   for (int idx = tid; idx < Tr::kRows * kC4; idx += kThreads) {
     const int row = idx / kC4, c4 = idx % kC4;
     const int pr = row0 + row;
@@ -487,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       w.y = ptx::pack2<T>(acc.z, acc.w);
       *reinterpret_cast<uint2*>(p.out + (int64_t(tok) * p.o_st + int64_t(h) * p.o_sh + c4 * 4) * 2) = w;
     } else {
-      *reinterpret_cast<float4*>(p.part_o + ((int64_t(split) * p.total_q + tok) * p.h_q + h) * D + c4 * 4) = acc;
+      *reinterpret_cast<float4*>(p.part_o + ((int64_t(split) * p.total_q + tok) * p.h_q + h) * DV + c4 * 4) = acc;
     }
   }
   if (tid < Tr::kRows) {
@@ -504,9 +514,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   }
 }
 
-template <typename T, int D, bool FP8, int MT, int MIN_CTAS>
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
 void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, FP8, MT, MIN_CTAS>;
+  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS>;
   static bool configured = [&] {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -520,12 +530,12 @@ void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream
   kernel<<<grid, kThreads, c.smem, stream>>>(p);
 }
 
-template <typename T, int D, bool FP8, int MT>
+template <typename T, int D, int DV, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  if constexpr (supports_three_ctas(D, MT)) {
-    if (c.ctas_per_sm == 3) return launch_occ<T, D, FP8, MT, 3>(p, c, batch, stream);
+  if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
+    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3>(p, c, batch, stream);
   }
-  launch_occ<T, D, FP8, MT, 1>(p, c, batch, stream);
+  launch_occ<T, D, DV, FP8, MT, 1>(p, c, batch, stream);
 }
 
 }  // namespace attnserve::cuda::attn

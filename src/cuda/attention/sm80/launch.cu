@@ -9,23 +9,25 @@
 namespace attnserve::cuda::attn {
 namespace {
 
-template <typename T, int D>
+template <typename T, int D, int DV>
 void dispatch_fp8_mt(const Params& p, const Plan& c, int b, bool fp8, cudaStream_t s) {
   if (fp8) {
-    if (c.mt == 1) launch<T, D, true, 1>(p, c, b, s);
-    else launch<T, D, true, 4>(p, c, b, s);
+    if (c.mt == 1) launch<T, D, DV, true, 1>(p, c, b, s);
+    else launch<T, D, DV, true, 4>(p, c, b, s);
   } else {
-    if (c.mt == 1) launch<T, D, false, 1>(p, c, b, s);
-    else launch<T, D, false, 4>(p, c, b, s);
+    if (c.mt == 1) launch<T, D, DV, false, 1>(p, c, b, s);
+    else launch<T, D, DV, false, 4>(p, c, b, s);
   }
 }
 
 template <typename T>
 void dispatch_d(const Params& p, const Plan& c, int b, cudaStream_t s) {
   const bool fp8 = c.problem.kv_dtype == DType::fp8_e4m3;
-  const bool done =
-      HeadDims::dispatch(c.problem.d, [&](auto d) { dispatch_fp8_mt<T, decltype(d)::value>(p, c, b, fp8, s); });
-  ATTNSERVE_CHECK(done, "paged_attention (sm80): no kernel for head dim ", c.problem.d);
+  const bool done = HeadDims::dispatch(c.problem.d, c.problem.d_v, [&](auto dims) {
+    using Dims = decltype(dims);
+    dispatch_fp8_mt<T, Dims::d, Dims::d_v>(p, c, b, fp8, s);
+  });
+  ATTNSERVE_CHECK(done, "paged_attention (sm80): no kernel for head dims ", c.problem.d, "/", c.problem.d_v);
 }
 
 }  // namespace

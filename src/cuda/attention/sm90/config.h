@@ -3,11 +3,15 @@
 #pragma once
 #include <cstddef>
 
+#include "cuda/common/head_dim_list.h"
 #include "cuda/common/plan_util.h"
 
 namespace attnserve::cuda::attn90 {
 
-using HeadDims = IntList<64, 128>;  // head dims of the instantiations (bf16 / f16, K/V of q's dtype)
+// (q/k, v) head dims of the instantiations (bf16 / f16, K/V of q's dtype); 192/128 is DeepSeek's
+// non-absorbed MLA prefill.
+using HeadDims = HeadDimList<HeadDimPair<64, 64>, HeadDimPair<96, 96>, HeadDimPair<128, 128>, HeadDimPair<192, 192>,
+                             HeadDimPair<192, 128>, HeadDimPair<256, 256>>;
 
 // Two kernels share the tile math (tile_math.cuh) and differ in who loads:
 //   kCoop (1): 256 threads = 2 consumer warpgroups that also issue the cp.async loads; a CTA
@@ -28,10 +32,22 @@ enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3, kPingPongEa
 
 constexpr int kThreads = 256;
 constexpr int kThreadsWs = 384;
-constexpr int kRows = 128;         // packed (q_row * group + head) rows per CTA
-constexpr int kTileKeys = 128;     // keys per pipeline stage: the N of S = Q K^T (m64n128k16)
-constexpr int kStages = 2;         // kCoop: 160 KB at d 128
-constexpr int kStagesWs = 3;       // kWarpSpecialized: 224 KB at d 128 (the producer signals one tile late)
+constexpr int kRows = 128;      // packed (q_row * group + head) rows per CTA
+constexpr int kTileKeys = 128;  // keys per tile of the FP8 kernel (fp8_config.h), and of the bf16 ones up to d 128
+constexpr int kStages = 2;      // kCoop: 160 KB at d 128
+
+// 64-column SW128 panels of a head dim (d 96 takes 2: its second panel is half used).
+constexpr int panels(int d) { return (d + 63) / 64; }
+
+// Tiles per head-dim pair, from the shared-memory and register budgets (FA3's hopper/tile_size.h
+// makes the same trade: smaller key tiles as d grows). Keys per K/V tile = the N of S = Q K^T:
+// 128 up to d 128 and at 192/128; 96 at 192 (O takes 96 f32 registers per consumer thread); 64 at
+// 256 (O takes 128: S 32 + P 16 keep the consumer inside its 216 registers). A multiple of 32 (the
+// 256-thread kCoop loader covers 32 rows per pass) and of 16 (P's k-steps).
+constexpr int tile_keys(int d, int d_v) { return d <= 128 || d_v <= 128 ? kTileKeys : d <= 192 ? 96 : 64; }
+// Pipeline stages of the producer kernels: 3 while they fit (224 KB at d 128), else 2
+// (192/128: 208 KB, 192: 192 KB, 256: 192 KB).
+constexpr int ws_stages(int d, int d_v) { return d <= 128 ? 3 : 2; }
 constexpr int kProducerRegs = 72;  // setmaxnreg: 128 * 72 + 256 * 216 <= 168 * 384
 constexpr int kConsumerRegs = 216;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 per thread for 384 threads,
@@ -45,14 +61,20 @@ constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 102
 constexpr bool is_ws(int variant) {
   return variant == kWarpSpecialized || variant == kPingPong || variant == kPingPongEager;
 }
-constexpr int stages_of(int variant) { return is_ws(variant) ? kStagesWs : kStages; }
+constexpr int stages_of(int d, int d_v, int variant) { return is_ws(variant) ? ws_stages(d, d_v) : kStages; }
+// kPingPongEager (an A/B baseline) is instantiated at d 64 and 128 only.
+constexpr bool variant_built(int d, int d_v, int variant) {
+  return variant != kPingPongEager || (d == d_v && (d == 64 || d == 128));
+}
 
-// Q tile + stages x {K, V} tiles, each d/64 SW128 panels of rows x 128 bytes; + mbarriers.
-constexpr std::size_t smem_bytes(int d, int variant = kCoop) {
-  const std::size_t panel_rows = std::size_t(d / 64) * 128;
-  const std::size_t bars = is_ws(variant) ? 2 * kStagesWs * 8 : 0;
-  return kAlignSlack + std::size_t(kRows) * panel_rows + std::size_t(stages_of(variant)) * 2 * kTileKeys * panel_rows +
-         bars;
+// Q tile (panels(d) x kRows x 128 B) + stages x {K (panels(d)), V (panels(d_v))} tiles of
+// tile_keys x 128 B panels; + the producer kernels' full/empty mbarriers.
+constexpr std::size_t smem_bytes(int d, int d_v, int variant = kCoop) {
+  const std::size_t stages = std::size_t(stages_of(d, d_v, variant));
+  const std::size_t bars = is_ws(variant) ? 2 * stages * 8 : 0;
+  const std::size_t kv_panels = std::size_t(panels(d) + panels(d_v));
+  return kAlignSlack + std::size_t(panels(d)) * kRows * 128 +
+         stages * kv_panels * std::size_t(tile_keys(d, d_v)) * 128 + bars;
 }
 
 // Whether this build carries the sm_90a kernels (CMake defines ATTNSERVE_HAVE_SM90).

@@ -3,7 +3,8 @@
 // One CTA = (m-block of 128 packed rows, kv head, request); packed row pr = q_row * group + head
 // as in the portable kernel, so a K/V tile is read once for all query heads of its KV head.
 // Two consumer warpgroups own 64 rows each and every key of a tile (tile_math.cuh: S = Q K^T by
-// SS wgmma, online softmax in registers, O += P V by RS wgmma). K/V tiles of 128 keys are gathered
+// SS wgmma, online softmax in registers, O += P V by RS wgmma). K/V tiles of N keys (128 up to
+// d 128 and at 192/128, 96 at d 192, 64 at d 256: config.h tile_keys) are gathered
 // per token through the page table by cp.async (16-byte chunks per token row: pages of any size
 // rule out TMA tiles) into 128-byte swizzled panels (tile_load.cuh, common/wgmma.cuh).
 //
@@ -33,41 +34,41 @@ __device__ __forceinline__ char* smem_base() {
   return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 }
 
-template <typename T, int D>
+template <typename T, int D, int DV>
 __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  using Tr = Traits<D>;
+  using Tr = Traits<D, DV>;
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   Block b;
-  if (!b.init(p)) return;          // uniform over the CTA
+  if (!b.init(p, Tr::kN)) return;  // uniform over the CTA
   char* sQ = smem;                 // [panels][128 rows][128 B]
-  char* sKV = smem + Tr::kQBytes;  // [stages][K, V][panels][128 keys][128 B]
-  auto sK = [&](int tile) { return sKV + (tile % kStages) * 2 * Tr::kKvBytes; };
+  char* sKV = smem + Tr::kQBytes;  // [stages][K [panels(d)], V [panels(d_v)]][N keys][128 B]
+  auto sK = [&](int tile) { return sKV + (tile % kStages) * Tr::kStageBytes; };
 
   // All 256 threads load; page ids of tile t + 1 are read one iteration ahead into registers.
-  Loader<D, kThreads> ld(p, b, tid);
-  Consumer<T, D> c;
+  Loader<D, DV, kThreads> ld(p, b, tid);
+  Consumer<T, D, DV> c;
   c.init(p, b, warp >> 2, warp & 3, lane);
 
   ld.load_q(p, b, sQ);
   if (b.n_tiles > 0) {  // group 0 = Q + tile 0
     ld.read_pages(p, b, 0);
-    ld.issue(p, b, 0, sK(0), sK(0) + Tr::kKvBytes);
+    ld.issue(p, b, 0, sK(0), sK(0) + Tr::kKBytes);
   }
   ptx::cp_async_commit();
   if (b.n_tiles > 1) ld.read_pages(p, b, 1);
 
   const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t((warp >> 2) * 64 * 128);  // this warpgroup's rows
   for (int t = 0; t < b.n_tiles; ++t) {
-    if (t + 1 < b.n_tiles) ld.issue(p, b, t + 1, sK(t + 1), sK(t + 1) + Tr::kKvBytes);
+    if (t + 1 < b.n_tiles) ld.issue(p, b, t + 1, sK(t + 1), sK(t + 1) + Tr::kKBytes);
     ptx::cp_async_commit();
     if (t + 2 < b.n_tiles) ld.read_pages(p, b, t + 2);
     ptx::cp_async_wait<1>();    // this thread's copies of Q and tile t have landed
     sm90::fence_proxy_async();  // ... and are visible to wgmma's async proxy
     __syncthreads();            // ... for every thread's copies
     const uint32_t sKa = ptx::smem_addr(sK(t));
-    c.attend(p, sQa, sKa, sKa + Tr::kKvBytes, b.k_begin + t * kTileKeys);
+    c.attend(p, sQa, sKa, sKa + Tr::kKBytes, b.k_begin + t * Tr::kN);
     __syncthreads();  // both warpgroups are done with stage t % 2 before iteration t + 1 refills it
   }
   ptx::cp_async_wait<0>();
@@ -76,23 +77,24 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
 }
 
 // PINGPONG: kPingPong (LAZY) or kPingPongEager (!LAZY); else kWarpSpecialized (LAZY).
-template <typename T, int D, bool PINGPONG, bool LAZY>
+template <typename T, int D, int DV, bool PINGPONG, bool LAZY>
 __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  using Tr = Traits<D>;
+  using Tr = Traits<D, DV>;
+  constexpr int kStagesWs = Tr::kStagesWs;
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // The warpgroup as a value the compiler knows is warp-uniform (a shuffle from lane 0): it then
   // keeps the warpgroup's Q descriptor in uniform registers instead of moving it there per wgmma.
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   Block b;
-  if (!b.init(p)) return;  // uniform over the CTA
+  if (!b.init(p, Tr::kN)) return;  // uniform over the CTA
   char* sQ = smem;
-  char* sKV = smem + Tr::kQBytes;  // [kStagesWs][K, V][panels][128 keys][128 B]
-  const uint32_t bars = ptx::smem_addr(sKV + kStagesWs * 2 * Tr::kKvBytes);
+  char* sKV = smem + Tr::kQBytes;  // [kStagesWs][K [panels(d)], V [panels(d_v)]][N keys][128 B]
+  const uint32_t bars = ptx::smem_addr(sKV + kStagesWs * Tr::kStageBytes);
   auto full = [&](int s) { return bars + uint32_t(s * 8); };                 // producer -> consumers
   auto empty = [&](int s) { return bars + uint32_t((kStagesWs + s) * 8); };  // consumers -> producer
-  auto stage_k = [&](int t) { return ptx::smem_addr(sKV + (t % kStagesWs) * 2 * Tr::kKvBytes); };
+  auto stage_k = [&](int t) { return ptx::smem_addr(sKV + (t % kStagesWs) * Tr::kStageBytes); };
   if (tid == 0)
     for (int s = 0; s < kStagesWs; ++s) {
       sm90::mbar_init(full(s), 128);   // every producer thread, when its copies of the stage land
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     // they land), so it never waits on its own copies and up to three tiles are in flight. The
     // consumers fence the landed bytes into the async proxy after their full-barrier wait.
     sm90::setmaxnreg_dec<kProducerRegs>();
-    Loader<D, 128> ld(p, b, tid);
+    Loader<D, DV, 128> ld(p, b, tid);
     ld.load_q(p, b, sQ);  // tracked by tile 0's arrival
     auto produce = [&](auto pow2) {
       constexpr bool kPow2 = decltype(pow2)::value;
@@ -115,8 +117,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
         const int s = t % kStagesWs;
         ld.template read_pages_t<kPow2>(p, b, t);  // page-id loads in flight during the wait below
         if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
-        char* dK = sKV + s * 2 * Tr::kKvBytes;
-        ld.template issue_t<kPow2>(p, b, t, dK, dK + Tr::kKvBytes);
+        char* dK = sKV + s * Tr::kStageBytes;
+        ld.template issue_t<kPow2>(p, b, t, dK, dK + Tr::kKBytes);
         sm90::cp_async_mbar_arrive(full(s));
       }
     };
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
 
   sm90::setmaxnreg_inc<kConsumerRegs>();
   const int w = wg - 1;  // consumer warpgroup: rows 64 w ..
-  Consumer<T, D, LAZY> c;
+  Consumer<T, D, DV, LAZY> c;
   c.init(p, b, w, warp & 3, lane);
   const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t(w * 64 * 128);
   if constexpr (!PINGPONG) {
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
       sm90::mbar_wait(full(t % kStagesWs), (t / kStagesWs) & 1);
       sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
       const uint32_t sKa = stage_k(t);
-      c.attend(p, sQa, sKa, sKa + Tr::kKvBytes, b.k_begin + t * kTileKeys);
+      c.attend(p, sQa, sKa, sKa + Tr::kKBytes, b.k_begin + t * Tr::kN);
       sm90::mbar_arrive(empty(t % kStagesWs));
     }
   } else if (n > 0) {
@@ -146,11 +148,11 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     // arrivals as syncs (n + 1). Blocks 0 and n are peeled: a wgmma under a condition makes
     // ptxas serialize every wgmma of the kernel (C7520).
     float s[Tr::kSAcc];
-    uint32_t pa[kTileKeys / 16][4];
+    uint32_t pa[Tr::kN / 16][4];
     float al0, al1;  // O's rescale for the tile whose P is in pa
     auto pin = [&] {
 #pragma unroll
-      for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::fence_regs(pa[kk]);
+      for (int kk = 0; kk < Tr::kN / 16; ++kk) sm90::fence_regs(pa[kk]);
       sm90::fence_regs(c.o);
     };
     if (w == 1) sm90::named_arrive(1, 256);
@@ -184,12 +186,12 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
         pin();
         sm90::wg_fence();  // O's registers changed since the last fence
       }
-      c.issue_pv(stage_k(t - 1) + Tr::kKvBytes, pa);
+      c.issue_pv(stage_k(t - 1) + Tr::kKBytes, pa);
       sm90::wg_commit();
       sm90::named_arrive(2 - w, 256);
       sm90::wg_wait<1>();  // S(t) is done (groups complete in order)
       sm90::fence_regs(s);
-      c.scores(s, b.k_begin + t * kTileKeys, al0, al1);
+      c.scores(s, b.k_begin + t * Tr::kN, al0, al1);
       sm90::wg_wait<0>();  // P V(t - 1) is done
       pin();
       sm90::mbar_arrive(empty((t - 1) % kStagesWs));  // K and V of tile t - 1 are read
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     if constexpr (LAZY) c.rescale_o(al0, al1);
     pin();
     sm90::wg_fence();
-    c.issue_pv(stage_k(n - 1) + Tr::kKvBytes, pa);
+    c.issue_pv(stage_k(n - 1) + Tr::kKBytes, pa);
     sm90::wg_commit();
     if (w == 0) sm90::named_arrive(2, 256);
     sm90::wg_wait<0>();
@@ -211,29 +213,33 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
 #endif
 }
 
-template <typename T, int D>
+template <typename T, int D, int DV>
 void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
   if (is_ws(variant)) {
-    auto kernel = variant == kPingPong        ? attention_sm90_ws_kernel<T, D, true, true>
-                  : variant == kPingPongEager ? attention_sm90_ws_kernel<T, D, true, false>
-                                              : attention_sm90_ws_kernel<T, D, false, true>;
+    // kPingPongEager where it is not instantiated (the plan never picks it there): kPingPong's kernel.
+    constexpr bool kEagerLazy = !variant_built(D, DV, kPingPongEager);
+    auto kernel = variant == kPingPong        ? attention_sm90_ws_kernel<T, D, DV, true, true>
+                  : variant == kPingPongEager ? attention_sm90_ws_kernel<T, D, DV, true, kEagerLazy>
+                                              : attention_sm90_ws_kernel<T, D, DV, false, true>;
+    const int smem = int(smem_bytes(D, DV, variant));
     static const bool configured = [&] {
-      for (auto k : {attention_sm90_ws_kernel<T, D, true, true>, attention_sm90_ws_kernel<T, D, true, false>,
-                     attention_sm90_ws_kernel<T, D, false, true>})
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, variant)));
+      for (auto k :
+           {attention_sm90_ws_kernel<T, D, DV, true, true>, attention_sm90_ws_kernel<T, D, DV, true, kEagerLazy>,
+            attention_sm90_ws_kernel<T, D, DV, false, true>})
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       return true;
     }();
     (void)configured;
-    kernel<<<grid, kThreadsWs, smem_bytes(D, variant), stream>>>(p);
+    kernel<<<grid, kThreadsWs, smem, stream>>>(p);
   } else {
-    auto kernel = attention_sm90_kernel<T, D>;
+    auto kernel = attention_sm90_kernel<T, D, DV>;
     static const bool configured = [&] {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, kCoop)));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes(D, DV, kCoop)));
       return true;
     }();
     (void)configured;
-    kernel<<<grid, kThreads, smem_bytes(D, kCoop), stream>>>(p);
+    kernel<<<grid, kThreads, smem_bytes(D, DV, kCoop), stream>>>(p);
   }
 }
 

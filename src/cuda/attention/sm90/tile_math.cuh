@@ -1,9 +1,9 @@
 // Hopper paged attention: one consumer warpgroup's math on 64 packed rows, as primitives (issue_s,
 // softmax, issue_pv) that the kernels order differently, and attend() = the three in series.
-// Per 128-key tile:
-//   S[64 x 128]  = Q[64 x d] K^T       m64n128k16 SS, Q and K K-major SW128 panels
+// Per tile of N keys (Traits::kN: 128 up to d 128, fewer at d 192 and 256):
+//   S[64 x N]    = Q[64 x d] K^T       m64nNk16 SS, Q and K K-major SW128 panels, d / 16 k-steps
 //   online softmax in base 2 (mask, softcap), P converted in registers to A fragments
-//   O[64 x d]   += P[64 x 128] V       m64n{d}k16 RS, V MN-major (trans-b)
+//   O[64 x d_v] += P[64 x N] V         m64n{d_v}k16 RS, V MN-major (trans-b); d_v 96 runs N = 128
 // then the normalized rows and their LSE written straight from the accumulators. Semantics of the
 // portable kernel and the CPU oracle: a row with no visible key writes 0 and lse = -inf.
 // Device code for sm_90a only (the kernels that include it are compiled for it alone).
@@ -24,9 +24,10 @@ __device__ __forceinline__ float ex2(float x) {
 // more than kRescaleLog2 (base-2 units), so P <= 2^kRescaleLog2 and most tiles skip O's rescale
 // (exact: l, O and the LSE all use the same max; bf16/f16 P keep their relative precision). LAZY =
 // false is the session-3 softmax (the max moves on every tile), kept as the bench's A/B baseline.
-template <typename T, int D, bool LAZY = true>
+template <typename T, int D, int DV, bool LAZY = true>
 struct Consumer {
-  using Tr = Traits<D>;
+  using Tr = Traits<D, DV>;
+  static constexpr int kN = Tr::kN;
   int lane, rl0, rl1;  // the thread's two rows (CTA-local): lane/4 and lane/4 + 8 of its warp
   int lo0, hi0, lo1, hi1;
   int cta_lo, cta_hi;  // keys [cta_lo, cta_hi] are visible to every valid row of the CTA
@@ -79,29 +80,27 @@ struct Consumer {
     const uint64_t dq = sm90::desc_kmajor(sQa), dk = sm90::desc_kmajor(sKa);
     const uint32_t hi = uint32_t(dq >> 32);
 #pragma unroll
-    for (int k = 0; k < D / 16; ++k) {
+    for (int k = 0; k < Tr::kKSteps; ++k) {
       const uint64_t da = desc_at(uint32_t(dq), hi, uint32_t((k >> 2) * Tr::kQPanelBytes + (k & 3) * 32));
       const uint64_t db = desc_at(uint32_t(dk), hi, uint32_t((k >> 2) * Tr::kKvPanelBytes + (k & 3) * 32));
-      sm90::Wgmma<T, kTileKeys>::template ss<0, 0>(s, da, db, k > 0 ? 1 : 0);
+      sm90::Wgmma<T, kN>::template ss<0, 0>(s, da, db, k > 0 ? 1 : 0);
     }
   }
 
-  // Issues O += P V (no commit): 16 keys = two 8-key groups of 1024 bytes; N = d spans the panels
-  // (LBO = panel bytes).
-  __device__ __forceinline__ void issue_pv(uint32_t sVa, const uint32_t (&pa)[kTileKeys / 16][4]) {
+  // Issues O += P V (no commit): 16 keys = two 8-key groups of 1024 bytes; N = d_v (rounded up to
+  // a panel) spans the panels (LBO = panel bytes).
+  __device__ __forceinline__ void issue_pv(uint32_t sVa, const uint32_t (&pa)[kN / 16][4]) {
     const uint64_t dv = sm90::desc_mnmajor(sVa, Tr::kKvPanelBytes);
 #pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
+    for (int kk = 0; kk < kN / 16; ++kk) {
       const uint64_t db = desc_at(uint32_t(dv), uint32_t(dv >> 32), uint32_t(kk * 16 * 128));
-      sm90::Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+      sm90::Wgmma<T, Tr::kPvN>::template rs<1>(o, pa[kk], db, 1);
     }
   }
 
   // Whether the tile starting at key kbase needs the per-element mask: CTA-uniform (the union of
   // the CTA's rows), so the branch around the softmax variants never diverges.
-  __device__ __forceinline__ bool mask_tile(int kbase) const {
-    return kbase < cta_lo || kbase + kTileKeys - 1 > cta_hi;
-  }
+  __device__ __forceinline__ bool mask_tile(int kbase) const { return kbase < cta_lo || kbase + kN - 1 > cta_hi; }
 
   // Softmax, first half: scores of the tile at key kbase -> new running max and sum, s = P in f32,
   // (al0, al1) = O's rescale factors for the thread's two rows. Touches neither O nor P's fragments,
@@ -195,19 +194,18 @@ struct Consumer {
     }
   }
   // P (f32 in s) -> A fragments (the previous P must not be in flight).
-  __device__ __forceinline__ void to_a(const float (&s)[Tr::kSAcc], uint32_t (&pa)[kTileKeys / 16][4]) {
+  __device__ __forceinline__ void to_a(const float (&s)[Tr::kSAcc], uint32_t (&pa)[kN / 16][4]) {
 #pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::acc_to_a<T>(s, kk, pa[kk]);
+    for (int kk = 0; kk < kN / 16; ++kk) sm90::acc_to_a<T>(s, kk, pa[kk]);
   }
   __device__ __forceinline__ void finish(const float (&s)[Tr::kSAcc], float al0, float al1,
-                                         uint32_t (&pa)[kTileKeys / 16][4]) {
+                                         uint32_t (&pa)[kN / 16][4]) {
     rescale_o(al0, al1);
     to_a(s, pa);
   }
 
   // Both halves (O must not be in flight).
-  __device__ __forceinline__ void softmax(const Params&, float (&s)[Tr::kSAcc], int kbase,
-                                          uint32_t (&pa)[kTileKeys / 16][4]) {
+  __device__ __forceinline__ void softmax(const Params&, float (&s)[Tr::kSAcc], int kbase, uint32_t (&pa)[kN / 16][4]) {
     float al0, al1;
     scores(s, kbase, al0, al1);
     finish(s, al0, al1, pa);
@@ -222,11 +220,11 @@ struct Consumer {
     sm90::wg_commit();
     sm90::wg_wait<0>();
     sm90::fence_regs(s);
-    uint32_t pa[kTileKeys / 16][4];
+    uint32_t pa[kN / 16][4];
     softmax(p, s, kbase, pa);
     // wgmma must see finished registers: pin P and O before the fence.
 #pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk) sm90::fence_regs(pa[kk]);
+    for (int kk = 0; kk < kN / 16; ++kk) sm90::fence_regs(pa[kk]);
     sm90::fence_regs(o);
     sm90::wg_fence();
     issue_pv(sVa, pa);
@@ -250,6 +248,7 @@ struct Consumer {
       char* orow = p.out + (tok * p.o_st + int64_t(h) * p.o_sh) * 2;
 #pragma unroll
       for (int i = 0; i < Tr::kOAcc; i += 4) {
+        if (8 * (i / 4) >= DV) break;  // compile-time: the padded columns of d_v 96
         const int c = sm90::acc_col(lane, i);
         const uint32_t w = ptx::pack2<T>(o[i + 2 * half] * sc, o[i + 2 * half + 1] * sc);
         *reinterpret_cast<uint32_t*>(orow + c * 2) = w;

@@ -2,8 +2,8 @@
 #include "../kernel.cuh"
 
 namespace attnserve::cuda::attn {
-template void launch<__half, 64, false, 1>(const Params&, const Config&, int, cudaStream_t);
-template void launch<__half, 64, false, 4>(const Params&, const Config&, int, cudaStream_t);
-template void launch<__half, 64, true, 1>(const Params&, const Config&, int, cudaStream_t);
-template void launch<__half, 64, true, 4>(const Params&, const Config&, int, cudaStream_t);
+template void launch<__half, 64, 64, false, 1>(const Params&, const Config&, int, cudaStream_t);
+template void launch<__half, 64, 64, false, 4>(const Params&, const Config&, int, cudaStream_t);
+template void launch<__half, 64, 64, true, 1>(const Params&, const Config&, int, cudaStream_t);
+template void launch<__half, 64, 64, true, 4>(const Params&, const Config&, int, cudaStream_t);
 }  // namespace attnserve::cuda::attn

@@ -1,0 +1,9 @@
+// Instantiations of the paged-attention kernel: bf16, head dim 96 (T/fp8 KV x MT 1/4).
+#include "../kernel.cuh"
+
+namespace attnserve::cuda::attn {
+template void launch<__nv_bfloat16, 96, 96, false, 1>(const Params&, const Config&, int, cudaStream_t);
+template void launch<__nv_bfloat16, 96, 96, false, 4>(const Params&, const Config&, int, cudaStream_t);
+template void launch<__nv_bfloat16, 96, 96, true, 1>(const Params&, const Config&, int, cudaStream_t);
+template void launch<__nv_bfloat16, 96, 96, true, 4>(const Params&, const Config&, int, cudaStream_t);
+}  // namespace attnserve::cuda::attn

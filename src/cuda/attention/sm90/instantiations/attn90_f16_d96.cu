@@ -1,0 +1,6 @@
+// Instantiation of the Hopper paged-attention kernel: f16, head dim 96.
+#include "../kernel.cuh"
+
+namespace attnserve::cuda::attn90 {
+template void launch<__half, 96, 96>(const Params&, int, int, int, cudaStream_t);
+}  // namespace attnserve::cuda::attn90
