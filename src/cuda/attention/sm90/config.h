@@ -40,14 +40,16 @@ constexpr int kStages = 2;      // kCoop: 160 KB at d 128
 constexpr int panels(int d) { return (d + 63) / 64; }
 
 // Tiles per head-dim pair, from the shared-memory and register budgets (FA3's hopper/tile_size.h
-// makes the same trade: smaller key tiles as d grows). Keys per K/V tile = the N of S = Q K^T:
-// 128 up to d 128 and at 192/128; 96 at 192 (O takes 96 f32 registers per consumer thread); 64 at
-// 256 (O takes 128: S 32 + P 16 keep the consumer inside its 216 registers). A multiple of 32 (the
-// 256-thread kCoop loader covers 32 rows per pass) and of 16 (P's k-steps).
-constexpr int tile_keys(int d, int d_v) { return d <= 128 || d_v <= 128 ? kTileKeys : d <= 192 ? 96 : 64; }
-// Pipeline stages of the producer kernels: 3 while they fit (224 KB at d 128), else 2
-// (192/128: 208 KB, 192: 192 KB, 256: 192 KB).
-constexpr int ws_stages(int d, int d_v) { return d <= 128 ? 3 : 2; }
+// makes the same trade: smaller key tiles as d grows). Keys per K/V tile = the N of S = Q K^T: 128 up
+// to d 128, 64 at 192 and 192/128, 32 at 256, so that the producer kernels keep >= 3 stages: in the
+// ping-pong a block holds two stages (S of tile t, P V of tile t - 1), so with 2 stages the next
+// tile's loads start only after P V(t - 1) and their latency is exposed on every tile (measured:
+// 2-stage tiles at 192/128, 192, 256 took ~1 us longer than the d 128 tile, bench/NOTES.md "Session 5").
+// A multiple of 32 (the 256-thread kCoop loader covers 32 rows per pass) and of 16 (P's k-steps).
+constexpr int tile_keys(int d, int d_v) { return d <= 128 ? kTileKeys : d <= 192 ? 64 : 32; }
+// Pipeline stages of the producer kernels: 3 (224 KB at d 128; 192/128: 169 KB, 192: 193 KB), 4 at
+// d 256 (193 KB): its 32-key tiles are short against the gather's latency.
+constexpr int ws_stages(int d, int d_v) { return d <= 192 ? 3 : 4; }
 constexpr int kProducerRegs = 72;  // setmaxnreg: 128 * 72 + 256 * 216 <= 168 * 384
 constexpr int kConsumerRegs = 216;
 // setmaxnreg moves registers inside the CTA's launch allocation (168 per thread for 384 threads,
