@@ -698,60 +698,64 @@ int main(int argc, char** argv) try {
     o.tune = Tuning{.ctas = 3};
     bench_decode("decode fp8 b64x8K hq32 hkv8 page16 ctas3", 64, 32, 8, 128, 16, 1, 8192, o);
   }
-  // Split-count sweeps: the underfilled shape (b 128 x h_kv 2 = 256 CTAs) and the short contexts.
-  for (int s : {1, 2, 3, 4})
-    bench_paged("sweep decode b128x4K hq16 hkv2 page16 splits" + std::to_string(s), 128, 16, 2, 128, 16, 1, 4096, true,
-                Tuning{.num_splits = s});
-  for (int s : {1, 2, 4})
-    bench_paged("sweep decode b64x1K hq32 hkv8 page16 splits" + std::to_string(s), 64, 32, 8, 128, 16, 1, 1024, true,
-                Tuning{.num_splits = s});
-  for (int s : {1, 2})
-    bench_paged("sweep decode b256x2K hq32 hkv8 page16 splits" + std::to_string(s), 256, 32, 8, 128, 16, 1, 2048, true,
-                Tuning{.num_splits = s});
-  bench_paged("sweep decode b64x8K hq32 hkv8 page16 stages2", 64, 32, 8, 128, 16, 1, 8192, true, Tuning{.stages = 2});
+  // The decode investigations of session 5 (split sweeps, A/B pairs): full runs only, so that the quick
+  // run (scripts/gpu_check.sh BENCH=quick) keeps to the headline cases and the same-buffer comparisons.
+  if (!g_quick) {
+    // Split-count sweeps: the underfilled shape (b 128 x h_kv 2 = 256 CTAs) and the short contexts.
+    for (int s : {1, 2, 3, 4})
+      bench_paged("sweep decode b128x4K hq16 hkv2 page16 splits" + std::to_string(s), 128, 16, 2, 128, 16, 1, 4096,
+                  true, Tuning{.num_splits = s});
+    for (int s : {1, 2, 4})
+      bench_paged("sweep decode b64x1K hq32 hkv8 page16 splits" + std::to_string(s), 64, 32, 8, 128, 16, 1, 1024, true,
+                  Tuning{.num_splits = s});
+    for (int s : {1, 2})
+      bench_paged("sweep decode b256x2K hq32 hkv8 page16 splits" + std::to_string(s), 256, 32, 8, 128, 16, 1, 2048,
+                  true, Tuning{.num_splits = s});
+    bench_paged("sweep decode b64x8K hq32 hkv8 page16 stages2", 64, 32, 8, 128, 16, 1, 8192, true, Tuning{.stages = 2});
 
-  // A/B on one machine: page runs (one page-table entry per run of a thread's rows) off vs on.
-  for (int runs : {0, 1}) {
-    const std::string v = runs ? " page-runs" : " per-row";
-    const Tuning t{.page_runs = runs};
-    for (int ps : {16, 64}) {
-      bench_paged("ab decode b64x8K hq32 hkv8 page" + std::to_string(ps) + v, 64, 32, 8, 128, ps, 1, 8192, true, t);
-      bench_paged("ab decode b128x4K hq16 hkv2 page" + std::to_string(ps) + v, 128, 16, 2, 128, ps, 1, 4096, true, t);
+    // A/B on one machine: page runs (one page-table entry per run of a thread's rows) off vs on.
+    for (int runs : {0, 1}) {
+      const std::string v = runs ? " page-runs" : " per-row";
+      const Tuning t{.page_runs = runs};
+      for (int ps : {16, 64}) {
+        bench_paged("ab decode b64x8K hq32 hkv8 page" + std::to_string(ps) + v, 64, 32, 8, 128, ps, 1, 8192, true, t);
+        bench_paged("ab decode b128x4K hq16 hkv2 page" + std::to_string(ps) + v, 128, 16, 2, 128, ps, 1, 4096, true, t);
+      }
+      bench_paged("ab verify4 b64x4K hq32 hkv8 page16" + v, 64, 32, 8, 128, 16, 4, 4096, true, t);
     }
-    bench_paged("ab verify4 b64x4K hq32 hkv8 page16" + v, 64, 32, 8, 128, 16, 4, 4096, true, t);
-  }
-  // A/B: three 2-stage CTAs per SM (168 registers, 12 warps) against the default two 3-stage ones;
-  // split counts 1..3 where the 396 slots quantize the grid.
-  for (int s : {1, 2, 3})
-    for (int ps : {1, 16, 64})
-      bench_paged("ab decode b64x8K hq32 hkv8 page" + std::to_string(ps) + " ctas3 splits" + std::to_string(s), 64, 32,
-                  8, 128, ps, 1, 8192, true, Tuning{.num_splits = s, .ctas = 3});
-  for (int s : {1, 2})
-    bench_paged("ab decode b128x4K hq16 hkv2 page16 ctas3 splits" + std::to_string(s), 128, 16, 2, 128, 16, 1, 4096,
-                true, Tuning{.num_splits = s, .ctas = 3});
-  for (int s : {1, 2})
-    bench_paged("ab decode b256x2K hq32 hkv8 page16 ctas3 splits" + std::to_string(s), 256, 32, 8, 128, 16, 1, 2048,
-                true, Tuning{.num_splits = s, .ctas = 3});
-  for (int s : {1, 2, 4})
-    bench_paged("ab decode b64x1K hq32 hkv8 page16 ctas3 splits" + std::to_string(s), 64, 32, 8, 128, 16, 1, 1024, true,
-                Tuning{.num_splits = s, .ctas = 3});
-  for (int s : {1, 2})
-    for (int q : {4, 8})
-      bench_paged("ab verify" + std::to_string(q) + " b64x4K hq32 hkv8 page16 ctas3 splits" + std::to_string(s), 64, 32,
-                  8, 128, 16, q, 4096, true, Tuning{.num_splits = s, .ctas = 3});
-  bench_paged("ab decode b64x8K hq32 hkv8 page16 deterministic ctas3", 64, 32, 8, 128, 16, 1, 8192, true,
-              Tuning{.ctas = 3}, true);
-  {
-    DecodeOpts o;
-    o.pool = 16;
-    o.tune = Tuning{.ctas = 3};
-    bench_decode("ab decode b64x8K hq32 hkv8 page64 pool16x ctas3", 64, 32, 8, 128, 64, 1, 8192, o);
-  }
-  // A/B on one machine: shift addressing of power-of-two pages (default) vs integer division.
-  for (int shifts : {1, 0}) {
-    const std::string v = shifts ? " shifts" : " division";
-    Tuning t{.page_shifts = shifts};
-    bench_paged("ab decode b64x8K hq32 hkv8 page16" + v, 64, 32, 8, 128, 16, 1, 8192, true, t);
+    // A/B: three 2-stage CTAs per SM (168 registers, 12 warps) against the default two 3-stage ones;
+    // split counts 1..3 where the 396 slots quantize the grid.
+    for (int s : {1, 2, 3})
+      for (int ps : {1, 16, 64})
+        bench_paged("ab decode b64x8K hq32 hkv8 page" + std::to_string(ps) + " ctas3 splits" + std::to_string(s), 64,
+                    32, 8, 128, ps, 1, 8192, true, Tuning{.num_splits = s, .ctas = 3});
+    for (int s : {1, 2})
+      bench_paged("ab decode b128x4K hq16 hkv2 page16 ctas3 splits" + std::to_string(s), 128, 16, 2, 128, 16, 1, 4096,
+                  true, Tuning{.num_splits = s, .ctas = 3});
+    for (int s : {1, 2})
+      bench_paged("ab decode b256x2K hq32 hkv8 page16 ctas3 splits" + std::to_string(s), 256, 32, 8, 128, 16, 1, 2048,
+                  true, Tuning{.num_splits = s, .ctas = 3});
+    for (int s : {1, 2, 4})
+      bench_paged("ab decode b64x1K hq32 hkv8 page16 ctas3 splits" + std::to_string(s), 64, 32, 8, 128, 16, 1, 1024,
+                  true, Tuning{.num_splits = s, .ctas = 3});
+    for (int s : {1, 2})
+      for (int q : {4, 8})
+        bench_paged("ab verify" + std::to_string(q) + " b64x4K hq32 hkv8 page16 ctas3 splits" + std::to_string(s), 64,
+                    32, 8, 128, 16, q, 4096, true, Tuning{.num_splits = s, .ctas = 3});
+    bench_paged("ab decode b64x8K hq32 hkv8 page16 deterministic ctas3", 64, 32, 8, 128, 16, 1, 8192, true,
+                Tuning{.ctas = 3}, true);
+    {
+      DecodeOpts o;
+      o.pool = 16;
+      o.tune = Tuning{.ctas = 3};
+      bench_decode("ab decode b64x8K hq32 hkv8 page64 pool16x ctas3", 64, 32, 8, 128, 64, 1, 8192, o);
+    }
+    // A/B on one machine: shift addressing of power-of-two pages (default) vs integer division.
+    for (int shifts : {1, 0}) {
+      const std::string v = shifts ? " shifts" : " division";
+      Tuning t{.page_shifts = shifts};
+      bench_paged("ab decode b64x8K hq32 hkv8 page16" + v, 64, 32, 8, 128, 16, 1, 8192, true, t);
+    }
   }
   // Same-buffer comparisons (one allocation per shape, every variant twice, interleaved): fresh
   // allocations moved whole figures by ~12 % between cases in session 5's first run (bench/NOTES.md).
