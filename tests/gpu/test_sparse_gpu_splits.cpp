@@ -186,22 +186,28 @@ TEST(SparseMlaSplitSelector, ShapesOnlyAndOverrides) {
   EXPECT_EQ(with.ws_bytes, base.ws_bytes);
   // The public size query answers with the selector's workspace.
   EXPECT_EQ(sparse_mla_workspace_size(a, caps), base.ws_bytes);
-  // Deterministic: one CTA per row whatever the batch.
+  // Deterministic: a split count that does not depend on the batch (the portable kernel runs one CTA per
+  // row; the small-head Hopper kernel splits by the top-k length alone).
   a.deterministic = true;
-  EXPECT_EQ(cuda::sparse_mla_op::select(a, caps).num_splits, 1);
-  EXPECT_EQ(sparse_mla_workspace_size(a, caps), 0u);
+  SparseMlaArgs big = shape_args(4096, 16, 2048, true);
+  big.deterministic = true;
+  const SparseMlaConfig det = cuda::sparse_mla_op::select(a, caps);
+  EXPECT_EQ(det.num_splits, cuda::sparse_mla_op::select(big, caps).num_splits);
+  EXPECT_EQ(sparse_mla_workspace_size(a, caps) > 0, det.num_splits > 1);
   a.deterministic = false;
-  // Forced counts: clamped to the tiles and recut so that no split is empty by construction.
+  // Forced counts: clamped to the tiles and recut so that no split is empty by construction (the tile
+  // size is the chosen kernel's: 32 keys portable, 64 on the Hopper kernels).
+  const auto tiles_of = [&](int topk) { return (topk + base.tile_keys - 1) / base.tile_keys; };
   for (int s : {1, 2, 3, 4, 8}) {
     const SparseMlaConfig f = cuda::sparse_mla_op::select(a, caps, {.num_splits = s});
     EXPECT_EQ(f.num_splits, s);
-    EXPECT_EQ(f.split_tiles, (64 + s - 1) / s);
+    EXPECT_EQ(f.split_tiles, (tiles_of(2048) + s - 1) / s);
     EXPECT_EQ(f.ws_bytes > 0, s > 1);
   }
   const SparseMlaConfig many = cuda::sparse_mla_op::select(shape_args(2, 16, 100, true), caps, {.num_splits = 8});
-  EXPECT_EQ(many.num_splits, 4);  // 100 keys = 4 tiles
+  EXPECT_EQ(many.num_splits, tiles_of(100));  // 100 keys: 4 tiles of 32 or 2 of 64
   EXPECT_EQ(many.split_tiles, 1);
   const SparseMlaConfig cut = cuda::sparse_mla_op::select(shape_args(2, 16, 500, true), caps, {.num_splits = 3});
   EXPECT_EQ(cut.num_splits, 3);
-  EXPECT_EQ(cut.split_tiles, 6);  // 16 tiles: 6 / 6 / 4
+  EXPECT_EQ(cut.split_tiles, (tiles_of(500) + 2) / 3);  // 16 tiles: 6 / 6 / 4, or 8: 3 / 3 / 2
 }
