@@ -22,17 +22,18 @@ using namespace dsa_bench;
 namespace {
 
 // Runs `time_one(kernel name)` once per kernel that can run the problem: the portable one, then the Hopper
-// one when the plan takes it under Tuning{.sm90 = 1}.
+// ones (the session-4 kernel, then the warp-specialized one) when the plan takes them under Tuning{.sm90 = 1}.
 template <typename F>
 void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one) {
   const DeviceCaps caps = query_device_caps(Device::cuda());
-  for (int sm90 : {0, 1}) {
-    cuda::indexer::op_tuning().sm90 = sm90;
+  for (int form : {0, 1, 2}) {
+    cuda::indexer::op_tuning().sm90 = form == 0 ? 0 : 1;
+    cuda::indexer::op_tuning().sm90_ws = form == 2 ? 1 : 0;
     const auto plan = cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning());
-    if (sm90 == 1 && !cuda::indexer::is_sm90(plan.kernel)) continue;
+    if (form > 0 && !cuda::indexer::is_sm90(plan.kernel)) continue;
     time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + "]");
   }
-  cuda::indexer::op_tuning().sm90 = -1;
+  cuda::indexer::op_tuning() = {};
 }
 
 void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_size) {

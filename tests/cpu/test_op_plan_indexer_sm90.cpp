@@ -34,33 +34,72 @@ Problem paged(int next_n, int64_t page_size = 64, int heads = 64, bool q_scale =
 TEST(OpPlanIndexerSm90, PagedNextN1To4On64HeadsTakesTheHopperKernel) {
   for (int next_n = 1; next_n <= 4; ++next_n) {
     const auto plan = make_plan(paged(next_n), kH200, {}, kSm90a);
-    EXPECT_EQ(plan.kernel, Kernel::sm90_paged) << next_n;
+    EXPECT_EQ(plan.kernel, Kernel::sm90ws_paged) << next_n;
     EXPECT_TRUE(cuda::indexer::is_sm90(plan.kernel));
+    EXPECT_TRUE(cuda::indexer::is_sm90_ws(plan.kernel));
     EXPECT_EQ(plan.rows_per_group, next_n);
     EXPECT_EQ(plan.num_groups, 128);
-    EXPECT_EQ(plan.col_blocks, 32768 / cuda::indexer90::kColsPerCta);
+    // ~kWsWaves CTAs an SM: 4 * 132 / 128 groups -> 5 column blocks of 6592 (103 blocks of 64 keys)
+    EXPECT_EQ(plan.col_blocks, 5);
+    EXPECT_EQ(plan.cols_per_cta, 6592);
     EXPECT_TRUE(plan.key_vec16);
+    // The session-4 kernel when asked: 1024-column blocks.
+    const auto s4 = make_plan(paged(next_n), kH200, Tuning{.sm90_ws = 0}, kSm90a);
+    EXPECT_EQ(s4.kernel, Kernel::sm90_paged);
+    EXPECT_FALSE(cuda::indexer::is_sm90_ws(s4.kernel));
+    EXPECT_EQ(s4.col_blocks, 32768 / cuda::indexer90::kColsPerCta);
+    EXPECT_EQ(s4.cols_per_cta, cuda::indexer90::kColsPerCta);
   }
-  EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, {}, kSm90a).kernel, Kernel::sm90_paged_q_scale);
+  EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, {}, kSm90a).kernel, Kernel::sm90ws_paged_q_scale);
+  EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, Tuning{.sm90_ws = 0}, kSm90a).kernel,
+            Kernel::sm90_paged_q_scale);
   // Pages of 5 keys break 16-byte alignment: the portable kernel by default (measured faster there), the
   // Hopper kernel's 4-byte key copies when forced.
   EXPECT_EQ(make_plan(paged(1, 5), kH200, {}, kSm90a).kernel, Kernel::paged);
   EXPECT_EQ(make_plan(paged(1, 1), kH200, {}, kSm90a).kernel, Kernel::paged);
   const auto odd_pages = make_plan(paged(1, 5), kH200, Tuning{.sm90 = 1}, kSm90a);
-  EXPECT_EQ(odd_pages.kernel, Kernel::sm90_paged);
+  EXPECT_EQ(odd_pages.kernel, Kernel::sm90ws_paged);
   EXPECT_FALSE(odd_pages.key_vec16);
-  EXPECT_STREQ(cuda::indexer::kernel_name(odd_pages.kernel), "sm90_paged");
-  EXPECT_EQ(make_plan(paged(3, 16), kH200, {}, kSm90a).kernel, Kernel::sm90_paged);
+  EXPECT_STREQ(cuda::indexer::kernel_name(odd_pages.kernel), "sm90ws_paged");
+  EXPECT_EQ(make_plan(paged(3, 16), kH200, {}, kSm90a).kernel, Kernel::sm90ws_paged);
+}
+
+// The ws kernel's column spans: whole 64-key blocks covering the columns, at least kWsMinCols unless one
+// span covers everything, about kWsWaves CTAs an SM; a forced span is rounded up to whole blocks.
+TEST(OpPlanIndexerSm90, WsColumnSpans) {
+  using cuda::indexer90::kWsBlockKeys;
+  for (int64_t cols : {1, 63, 64, 1000, 5000, 32768, 131072})
+    for (int64_t rows : {1, 8, 128, 4096}) {
+      const auto plan = make_plan({.rows = rows, .heads = 64, .num_cols = cols}, kH200, {}, kSm90a);
+      ASSERT_EQ(plan.kernel, Kernel::sm90ws_ragged);
+      EXPECT_EQ(plan.cols_per_cta % kWsBlockKeys, 0);
+      EXPECT_GE(plan.col_blocks * plan.cols_per_cta, cols);
+      EXPECT_LT((plan.col_blocks - 1) * plan.cols_per_cta, cols);
+      if (plan.col_blocks > 1) {
+        EXPECT_GE(plan.cols_per_cta, cuda::indexer90::kWsMinCols);
+        EXPECT_LE(plan.ctas(), 2 * cuda::indexer90::kWsWaves * 132);
+      }
+    }
+  const auto ragged8k = make_plan({.rows = 8192, .heads = 64, .num_cols = 8192}, kH200, {}, kSm90a);
+  EXPECT_EQ(ragged8k.num_groups, 8192 / cuda::indexer90::kWsRaggedRows);
+  EXPECT_EQ(ragged8k.col_blocks, 1);  // 2048 groups: a CTA takes a group's whole causal window
+  const auto forced =
+      make_plan({.rows = 8, .heads = 64, .num_cols = 5000}, kH200, Tuning{.ws_cols_per_cta = 1000}, kSm90a);
+  EXPECT_EQ(forced.cols_per_cta, 1024);
+  EXPECT_EQ(forced.col_blocks, 5);
 }
 
 TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {
   const auto plan = make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, {}, kSm90a);
-  EXPECT_EQ(plan.kernel, Kernel::sm90_ragged);
-  EXPECT_EQ(plan.rows_per_group, cuda::indexer90::kRaggedRows);
+  EXPECT_EQ(plan.kernel, Kernel::sm90ws_ragged);
+  EXPECT_EQ(plan.rows_per_group, cuda::indexer90::kWsRaggedRows);
   EXPECT_EQ(plan.num_groups, 3);
   EXPECT_EQ(plan.col_blocks, 1);
   EXPECT_EQ(make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200, {}, kSm90a).kernel,
-            Kernel::sm90_ragged_q_scale);
+            Kernel::sm90ws_ragged_q_scale);
+  const auto s4 = make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, Tuning{.sm90_ws = 0}, kSm90a);
+  EXPECT_EQ(s4.kernel, Kernel::sm90_ragged);
+  EXPECT_EQ(s4.rows_per_group, cuda::indexer90::kRaggedRows);
 }
 
 TEST(OpPlanIndexerSm90, PortableWhereTheHopperKernelDoesNotApply) {
@@ -69,7 +108,7 @@ TEST(OpPlanIndexerSm90, PortableWhereTheHopperKernelDoesNotApply) {
   EXPECT_EQ(make_plan(paged(5), kH200, {}, kSm90a).kernel, Kernel::paged);          // next_n > 4
   EXPECT_EQ(make_plan(paged(1, 64, 32), kH200, {}, kSm90a).kernel, Kernel::paged);  // 32 heads
   EXPECT_EQ(make_plan(paged(1), kH200, Tuning{.sm90 = 0}, kSm90a).kernel, Kernel::paged);
-  EXPECT_EQ(make_plan(paged(1), kH200, Tuning{.sm90 = 1}, kSm90a).kernel, Kernel::sm90_paged);
+  EXPECT_EQ(make_plan(paged(1), kH200, Tuning{.sm90 = 1}, kSm90a).kernel, Kernel::sm90ws_paged);
   Problem strided = paged(1);
   strided.q_head_stride16 = false;  // 16-byte q copies impossible
   EXPECT_EQ(make_plan(strided, kH200, {}, kSm90a).kernel, Kernel::paged);
@@ -85,6 +124,7 @@ TEST(OpPlanIndexerSm90, SharedMemoryFitsTwoCtasPerSmWhereRegistersAllow) {
   EXPECT_LE(2 * smem_bytes(cuda::indexer90::paged_shape(2)), std::size_t(227 * 1024));
   EXPECT_LE(2 * smem_bytes(cuda::indexer90::ragged_shape()), std::size_t(227 * 1024));
   EXPECT_LE(smem_bytes(cuda::indexer90::paged_shape(4)), std::size_t(227 * 1024));
+  for (int rows = 1; rows <= 4; ++rows) EXPECT_LE(cuda::indexer90::ws_smem_bytes(rows), std::size_t(227 * 1024));
 }
 
 }  // namespace

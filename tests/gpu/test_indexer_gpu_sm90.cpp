@@ -3,7 +3,9 @@
 // same-precision reference, exact -inf positions, nothing unwritten, two runs bit-identical): paged
 // next_n 1..4 x page sizes 1 / 5 / 64 (16- and 4-byte key copies), short and zero-length requests, long
 // contexts (many CTAs and ring wrap-arounds), page ids outside the pool, ragged random and causal windows
-// with a partial last row group, and q_scale equal to the weights with the scale folded in.
+// with a partial last row group, and q_scale equal to the weights with the scale folded in. The Hopper kernel
+// forced is the plan's default Hopper form (the warp-specialized one); long forced column spans wrap its ring
+// of stages many times on small problems; the session-4 kernel, still selectable, runs a smoke set.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -19,6 +21,18 @@ using namespace attnserve::test::dsa_gpu;
 using namespace attnserve::test::indexer_gpu;
 
 namespace {
+
+// Sets the Hopper form and the ws kernel's column span for the indexer calls in its scope (op_tuning).
+struct ForceForm {
+  cuda::indexer::Tuning saved;
+  ForceForm(int sm90_ws, int64_t ws_cols_per_cta) : saved(cuda::indexer::op_tuning()) {
+    cuda::indexer::op_tuning().sm90_ws = sm90_ws;
+    cuda::indexer::op_tuning().ws_cols_per_cta = ws_cols_per_cta;
+  }
+  ~ForceForm() { cuda::indexer::op_tuning() = saved; }
+  ForceForm(const ForceForm&) = delete;
+  ForceForm& operator=(const ForceForm&) = delete;
+};
 
 class IndexerSm90Paged : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
@@ -66,6 +80,38 @@ TEST(IndexerSm90PagedEdge, PageIdsOutsideThePoolAreSkipped) {
   run_paged_case({.seqlens = {500, 300}, .next_n = 2, .page_size = 5}, g, 3, Math::fp8_mma);   // page 3: -1
 }
 
+// One CTA over 8192 columns (128 blocks of 64 keys: the 16-stage ring wraps 8 times), both math warpgroups
+// alternating; next_n 1..4, 16- and 4-byte key copies.
+TEST(IndexerSm90PagedEdge, LongSpansWrapTheRing) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  const ForceForm form(1, 8192);
+  run_paged_case({.seqlens = {5000, 2100, 300}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);
+  run_paged_case({.seqlens = {4000, 77}, .next_n = 4, .page_size = 16}, g, -1, Math::fp8_mma);
+  run_paged_case({.seqlens = {3000, 1}, .next_n = 1, .page_size = 1}, g, -1, Math::fp8_mma);
+  run_paged_case({.seqlens = {2500, 1200}, .next_n = 3, .page_size = 5}, g, 7, Math::fp8_mma);  // page 7 invalid
+}
+
+// Spans that end inside a 64-key block and several column blocks per group (a forced 1000 -> 1024 columns).
+TEST(IndexerSm90PagedEdge, ShortForcedSpans) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  const ForceForm form(1, 1000);
+  run_paged_case({.seqlens = {3100, 1025, 1024, 1023}, .next_n = 1, .page_size = 64, .extra_cols = 40}, g, -1,
+                 Math::fp8_mma);
+  run_paged_case({.seqlens = {2049, 700}, .next_n = 4, .page_size = 64}, g, -1, Math::fp8_mma);
+}
+
+// The session-4 Hopper kernel, still selectable (Tuning::sm90_ws = 0): a smoke set, paged and ragged.
+TEST(IndexerSm90Session4Kernel, PagedAndRaggedMatchCpu) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  const ForceForm form(0, 0);
+  run_paged_case({.seqlens = {900, 128, 2100}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);
+  run_paged_case({.seqlens = {300, 5}, .next_n = 3, .page_size = 5}, g, -1, Math::fp8_mma);
+  run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);
+}
+
 TEST(IndexerSm90Ragged, RandomWindowsMatchCpu) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
@@ -83,6 +129,22 @@ TEST(IndexerSm90Ragged, CausalPrefillWindows) {
   w.push_back({0, 1170});
   w.push_back({1169, 1170});
   run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma);
+}
+
+// Causal prefill where a CTA takes a group's whole window (a forced 8192-column span: up to 47 blocks, the
+// ring wraps) and where the windows cross several column blocks (a forced 1024-column span).
+TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  std::vector<std::pair<int, int>> w;
+  for (int t = 0; t < 45; ++t) w.push_back({0, 2950 + t + 1});  // the last 45 rows of a 2995-token prompt
+  w.push_back({2990, 2995});                                     // a sliding window's tail
+  w.push_back({7, 7});                                           // empty
+  for (const int64_t span : {8192, 1024}) {
+    SCOPED_TRACE("span " + std::to_string(span));
+    const ForceForm form(1, span);
+    run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma);
+  }
 }
 
 // q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply).

@@ -18,6 +18,7 @@ Params common_params(const TensorView& q, const TensorView& w, const TensorView&
   p.rows_per_group = plan.rows_per_group;
   p.num_groups = plan.num_groups;
   p.col_blocks = plan.col_blocks;
+  p.cols_per_cta = plan.cols_per_cta;
   p.key_vec16 = plan.key_vec16;
   if (!q_scale.empty_view()) {
     p.q_scale = q_scale.ptr<const float>();

@@ -40,6 +40,10 @@ const char* kernel_name(Kernel k) {
     case Kernel::sm90_ragged_q_scale: return "sm90_ragged_q_scale";
     case Kernel::sm90_paged: return "sm90_paged";
     case Kernel::sm90_paged_q_scale: return "sm90_paged_q_scale";
+    case Kernel::sm90ws_ragged: return "sm90ws_ragged";
+    case Kernel::sm90ws_ragged_q_scale: return "sm90ws_ragged_q_scale";
+    case Kernel::sm90ws_paged: return "sm90ws_paged";
+    case Kernel::sm90ws_paged_q_scale: return "sm90ws_paged_q_scale";
   }
   return "?";
 }
@@ -68,41 +72,76 @@ bool sm90_env_allowed() {
   return allowed;
 }
 
-Plan shape(const Problem& p, bool sm90) {
+// The ws kernel's column span: about kWsWaves CTAs an SM (few, long CTAs: one CTA an SM, its prologue paid
+// once per span), at least kWsMinCols columns, a whole number of 64-key blocks.
+void size_ws_columns(Plan& c, const DeviceCaps& caps, const Tuning& tune) {
+  const int64_t cols = std::max<int64_t>(1, c.problem.num_cols);
+  int64_t span = tune.ws_cols_per_cta;
+  if (span <= 0) {
+    const int64_t target = int64_t(indexer90::kWsWaves) * std::max(1, caps.num_sms);
+    const int64_t blocks =
+        std::clamp<int64_t>(ceil_div64(target, std::max<int64_t>(1, c.num_groups)), 1,
+                            ceil_div64(cols, indexer90::kWsMinCols));
+    span = ceil_div64(cols, blocks);
+  }
+  c.cols_per_cta = ceil_div64(span, indexer90::kWsBlockKeys) * indexer90::kWsBlockKeys;
+  c.col_blocks = ceil_div64(cols, c.cols_per_cta);
+}
+
+// sm90: 0 portable, 1 the session-4 Hopper kernel, 2 the warp-specialized one.
+Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tune) {
   Plan c;
   c.problem = p;
-  if (sm90) {
+  if (sm90 == 2) {
+    c.kernel = p.paged ? (p.q_scale ? Kernel::sm90ws_paged_q_scale : Kernel::sm90ws_paged)
+                       : (p.q_scale ? Kernel::sm90ws_ragged_q_scale : Kernel::sm90ws_ragged);
+    c.rows_per_group = p.paged ? p.next_n : indexer90::kWsRaggedRows;
+    c.num_groups = p.paged ? p.rows / p.next_n : ceil_div64(p.rows, indexer90::kWsRaggedRows);
+    size_ws_columns(c, caps, tune);
+  } else if (sm90 == 1) {
     c.kernel = p.paged ? (p.q_scale ? Kernel::sm90_paged_q_scale : Kernel::sm90_paged)
                        : (p.q_scale ? Kernel::sm90_ragged_q_scale : Kernel::sm90_ragged);
     c.rows_per_group = p.paged ? p.next_n : indexer90::kRaggedRows;
     c.num_groups = p.paged ? p.rows / p.next_n : ceil_div64(p.rows, indexer90::kRaggedRows);
     c.col_blocks = ceil_div64(p.num_cols, indexer90::kColsPerCta);
+    c.cols_per_cta = indexer90::kColsPerCta;
   } else {
     c.kernel = p.paged ? (p.q_scale ? Kernel::paged_q_scale : Kernel::paged)
                        : (p.q_scale ? Kernel::ragged_q_scale : Kernel::ragged);
     c.rows_per_group = p.paged ? p.next_n : kRaggedGroupRows;
     c.num_groups = p.paged ? p.rows / std::max(1, p.next_n) : ceil_div64(p.rows, kRaggedGroupRows);
     c.col_blocks = ceil_div64(p.num_cols, kColsPerCta);
+    c.cols_per_cta = kColsPerCta;
   }
   c.key_vec16 = !p.paged || p.page_size % 4 == 0;  // pages of page_size * 132 bytes keep 16-byte alignment
   return c;
 }
 
+// The Hopper form the tuning asks for: 2 the ws kernel, 1 the session-4 one.
+int sm90_form(const Tuning& tune) { return tune.sm90_ws == 0 ? 1 : 2; }
+
+bool sm90_supports_form(const Problem& p, const DeviceCaps& caps, const Targets& t, int form) {
+  if (!t.sm90a || caps.arch != 90 || p.heads != indexer90::kHeads || !p.q_head_stride16) return false;
+  if (p.paged && (p.next_n < 1 || p.next_n > indexer90::kMaxNextN)) return false;
+  const int rows = p.paged ? p.next_n : indexer90::kWsRaggedRows;
+  const std::size_t smem =
+      form == 2 ? indexer90::ws_smem_bytes(rows)
+                : indexer90::smem_bytes(p.paged ? indexer90::paged_shape(p.next_n) : indexer90::ragged_shape());
+  // 32-bit page-index and column arithmetic in the key gather (columns below 2^31)
+  return smem <= caps.smem_per_block && p.num_cols < (int64_t(1) << 31) &&
+         shape(p, form, caps, {}).ctas() <= int64_t(0x7fffffff);
+}
+
 }  // namespace
 
 bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t) {
-  if (!t.sm90a || caps.arch != 90 || p.heads != indexer90::kHeads || !p.q_head_stride16) return false;
-  if (p.paged && (p.next_n < 1 || p.next_n > indexer90::kMaxNextN)) return false;
-  const indexer90::Shape s = p.paged ? indexer90::paged_shape(p.next_n) : indexer90::ragged_shape();
-  // 32-bit page-index arithmetic in its key gather (columns below 2^31)
-  return indexer90::smem_bytes(s) <= caps.smem_per_block && p.num_cols < (int64_t(1) << 31) &&
-         shape(p, true).ctas() <= int64_t(0x7fffffff);
+  return sm90_supports_form(p, caps, t, 2);  // the default form
 }
 
-Support can_implement(const Problem& p, const DeviceCaps&) {
+Support can_implement(const Problem& p, const DeviceCaps& caps) {
   const char* op = p.paged ? "indexer_paged" : "indexer_ragged";
   if (p.paged && p.next_n < 1) return unsupported(op, ": next_n must be >= 1, got ", p.next_n);
-  if (shape(p, false).ctas() > int64_t(0x7fffffff))
+  if (shape(p, 0, caps, {}).ctas() > int64_t(0x7fffffff))
     return unsupported(op, ": ", p.rows, " rows x ", p.num_cols, " columns need more CTAs than a CUDA grid holds");
   return {};
 }
@@ -113,7 +152,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // Auto: not for pages that break 16-byte alignment (page_size % 4 != 0): the Hopper kernel's 4-byte key
   // copies lost to the portable kernel there (b128 x 32K page 1: 1195 us against 730, H200, 26f91f4).
   const bool auto_sm90 = tune.sm90 == -1 && sm90_env_allowed() && (!p.paged || p.page_size % 4 == 0);
-  return shape(p, (tune.sm90 == 1 || auto_sm90) && sm90_supports(p, caps, targets));
+  const int form = sm90_form(tune);
+  const bool sm90 = (tune.sm90 == 1 || auto_sm90) && sm90_supports_form(p, caps, targets, form);
+  return shape(p, sm90 ? form : 0, caps, tune);
 }
 
 }  // namespace attnserve::cuda::indexer

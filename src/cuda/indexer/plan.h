@@ -33,16 +33,22 @@ enum class Kernel : int {
   sm90_ragged_q_scale = 5,
   sm90_paged = 6,
   sm90_paged_q_scale = 7,
+  sm90ws_ragged = 8,  // Hopper, warp-specialized (sm90/ws_kernel.cuh): the same problems
+  sm90ws_ragged_q_scale = 9,
+  sm90ws_paged = 10,
+  sm90ws_paged_q_scale = 11,
 };
 const char* kernel_name(Kernel k);
 inline bool is_sm90(Kernel k) { return int(k) >= int(Kernel::sm90_ragged); }
+inline bool is_sm90_ws(Kernel k) { return int(k) >= int(Kernel::sm90ws_ragged); }
 
 struct Plan {
   Problem problem;
   Kernel kernel = Kernel::ragged;
   int rows_per_group = 1;  // query rows sharing one CTA's key fragments (paged: next_n)
   int64_t num_groups = 0;
-  int64_t col_blocks = 0;  // CTAs per group: kColsPerCta logit columns each
+  int64_t col_blocks = 0;    // CTAs per group: cols_per_cta logit columns each
+  int64_t cols_per_cta = 0;  // the kernel's kColsPerCta, or (ws kernel) sized to ~kWsWaves CTAs an SM
   bool key_vec16 = true;   // keys 16-byte aligned (paged: page_size % 4 == 0), else 4-byte loads
   int64_t ctas() const { return num_groups * col_blocks; }
 };
@@ -55,8 +61,13 @@ struct Targets {
 
 // The Hopper kernel: -1 auto (chosen on sm_90 when built and it supports the call, pages of a multiple of 4
 // keys, unless the environment sets ATTNSERVE_INDEXER_SM90=0), 0 never, 1 whenever it supports the call.
+// The Hopper kernel's form: -1 auto (the warp-specialized one), 0 the session-4 kernel (sm90/kernel.cuh), 1
+// the warp-specialized one. ws_cols_per_cta > 0 forces the ws kernel's column span (a multiple of 64; tests:
+// long spans wrap the ring on small problems).
 struct Tuning {
   int sm90 = -1;
+  int sm90_ws = -1;
+  int64_t ws_cols_per_cta = 0;
 };
 // The process-wide Tuning the ops (indexer_ragged / indexer_paged) plan with: tests and benchmarks only
 // (they force one kernel or the other); not thread-safe against concurrent calls.

@@ -42,4 +42,29 @@ constexpr std::size_t smem_bytes(const Shape& s) {
          std::size_t(s.rows()) * kHeads * 4 + 1024 + 16;
 }
 
+// The warp-specialized kernel (ws_kernel.cuh, DeepGEMM's structure, our code): a producer warpgroup
+// streams 64-key blocks through a ring of kWsStages cp.async stages (full / empty mbarriers per stage),
+// and two math warpgroups take alternate blocks, each scoring its block against all the group's rows
+// (N = 64 * rows: next_n paged, kWsRaggedRows ragged), so one warpgroup's epilogue runs under the other's
+// wgmma. Weights live in registers. One CTA an SM (setmaxnreg); long column spans (the plan sizes them
+// to about kWsWaves CTAs an SM) amortize the prologue.
+constexpr int kWsThreads = 384;    // producer warpgroup + 2 math warpgroups
+constexpr int kWsBlockKeys = 64;   // keys per ring stage (one math warpgroup's wgmma M)
+constexpr int kWsStages = 16;      // ring depth: up to 128 KB of keys in flight per SM (decode)
+constexpr int kWsRaggedRows = 4;   // ragged rows per CTA: N = 256
+constexpr int kWsMinCols = 1024;   // shortest column span the plan gives a CTA
+constexpr int kWsWaves = 4;        // CTAs per SM the plan aims for
+constexpr int kWsProducerRegs = 56;  // setmaxnreg: 128 * 56 + 256 * 224 <= 168 * 384 (the launch's allocation)
+constexpr int kWsMathRegs = 224;
+static_assert(128 * kWsProducerRegs + 256 * kWsMathRegs <= 168 * kWsThreads,
+              "setmaxnreg split exceeds the CTA's registers");
+
+// Dynamic shared memory of the ws kernel for `rows` query rows: q, the key ring with its scales and
+// validity flags, 2 mbarriers a stage, the rows' windows, + 1024 for the alignment of the base.
+constexpr std::size_t ws_q_bytes(int rows) { return std::size_t(rows) * kHeads * kDim; }
+constexpr std::size_t ws_smem_bytes(int rows) {
+  return ws_q_bytes(rows) + std::size_t(kWsStages) * kWsBlockKeys * (kDim + 4 + 1) + 2 * kWsStages * 8 +
+         std::size_t(rows) * 8 + 1024;
+}
+
 }  // namespace attnserve::cuda::indexer90

@@ -8,6 +8,17 @@ namespace attnserve::cuda::indexer {
 namespace {
 
 template <bool kQScale>
+void launch_ws_paged_any(const Params& p, const Plan& plan, cudaStream_t s) {
+  switch (plan.rows_per_group) {
+    case 1: indexer90::launch_ws_paged<1, kQScale>(p, plan, s); break;
+    case 2: indexer90::launch_ws_paged<2, kQScale>(p, plan, s); break;
+    case 3: indexer90::launch_ws_paged<3, kQScale>(p, plan, s); break;
+    case 4: indexer90::launch_ws_paged<4, kQScale>(p, plan, s); break;
+    default: ATTNSERVE_CHECK(false, "indexer_paged: the Hopper kernel has no next_n ", plan.rows_per_group);
+  }
+}
+
+template <bool kQScale>
 void launch_paged_any(const Params& p, const Plan& plan, cudaStream_t s) {
   switch (plan.rows_per_group) {
     case 1: indexer90::launch_paged<1, kQScale>(p, plan, s); break;
@@ -28,6 +39,10 @@ void launch_sm90(const Params& p, const Plan& plan, Stream stream) {
     case Kernel::sm90_paged_q_scale: launch_paged_any<true>(p, plan, s); break;
     case Kernel::sm90_ragged: indexer90::launch_ragged<false>(p, plan, s); break;
     case Kernel::sm90_ragged_q_scale: indexer90::launch_ragged<true>(p, plan, s); break;
+    case Kernel::sm90ws_paged: launch_ws_paged_any<false>(p, plan, s); break;
+    case Kernel::sm90ws_paged_q_scale: launch_ws_paged_any<true>(p, plan, s); break;
+    case Kernel::sm90ws_ragged: indexer90::launch_ws_ragged<false>(p, plan, s); break;
+    case Kernel::sm90ws_ragged_q_scale: indexer90::launch_ws_ragged<true>(p, plan, s); break;
     default: ATTNSERVE_CHECK(false, "indexer: launch_sm90 given a portable kernel");
   }
 }

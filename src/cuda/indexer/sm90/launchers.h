@@ -13,5 +13,10 @@ template <int kNextN, bool kQScale>
 void launch_paged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
 template <bool kQScale>
 void launch_ragged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
+// The warp-specialized kernel (ws_kernel.cuh), the same forms.
+template <int kNextN, bool kQScale>
+void launch_ws_paged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
+template <bool kQScale>
+void launch_ws_ragged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
 
 }  // namespace attnserve::cuda::indexer90

@@ -1,7 +1,9 @@
-// The Hopper indexer, ragged (with and without q_scale).
+// The Hopper indexer, ragged (both kernels, with and without q_scale).
 #include "cuda/indexer/sm90/launch_shape.cuh"
 
 namespace attnserve::cuda::indexer90 {
 template void launch_ragged<false>(const Params&, const indexer::Plan&, cudaStream_t);
 template void launch_ragged<true>(const Params&, const indexer::Plan&, cudaStream_t);
+template void launch_ws_ragged<false>(const Params&, const indexer::Plan&, cudaStream_t);
+template void launch_ws_ragged<true>(const Params&, const indexer::Plan&, cudaStream_t);
 }  // namespace attnserve::cuda::indexer90

@@ -1,0 +1,212 @@
+// The warp-specialized Hopper lightning-indexer kernel (sm_90a FP8 wgmma; config.h: kWs*):
+//   logit[row, j] = sum_h relu(q[row,h,:] . k[j,:]) * w[row,h] * k_scale[j],  -inf outside row's window
+//
+// CTA = 384 threads over one query group (paged: a request's next_n rows; ragged: kWsRaggedRows rows) and
+// p.cols_per_cta logit columns:
+//  - warpgroup 0, the producer (setmaxnreg down): q rows once, then the CTA's 64-key blocks through a ring
+//    of kWsStages stages by cp.async (16-byte copies; 4-byte ones for pages that break 16-byte alignment).
+//    Thread (key = tid / 2, half = tid % 2) copies half a key row per block; its page id is loaded before
+//    it waits for the stage to be free, so the page-table round trip hides under the wait. A stage's full
+//    barrier completes when every producer thread's copies landed (cp.async.mbarrier.arrive) and its
+//    validity flags were stored (a plain arrive: release of the st.shared).
+//  - warpgroups 1 and 2, the math (setmaxnreg up): block i goes to warpgroup 1 + i % 2, which runs 4
+//    wgmma m64nNk32 (its 64 keys = M, the group's rows * 64 heads = N, both K-major SW128 in shared
+//    memory), frees the stage (empty barrier) as soon as its wgmmas are done, and then reduces in
+//    registers while the other warpgroup's wgmmas run: relu * w over the thread's 16 heads of a row (the
+//    weights sit in registers), then over the quad (one exchange + one shuffle), the key scale, the mask.
+// Keys outside the union of the group's windows are never read (zero-filled, their columns -inf); page
+// ids outside the pool are skipped (-inf), as the portable kernel does. Ragged groups run in reverse
+// order: in a causal prefill the last rows see the most keys, so the longest CTAs start first.
+//
+// Per block of 64 keys and warpgroup: wgmma 64 * N * 128 * 2 FLOP (N = 256: 512 cycles of one SM's
+// tensor cores at the FP8 dense rate), epilogue ~2 instructions per accumulator (N / 2 a thread).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/sm90/sync.cuh"
+#include "cuda/common/sm90/wgmma.cuh"
+#include "cuda/indexer/params.cuh"
+#include "cuda/indexer/sm90/config.h"
+#include "cuda/indexer/sm90/keys.cuh"
+
+namespace attnserve::cuda::indexer90 {
+
+template <int kRows, bool kPaged, bool kQScale, bool kVec16>
+__global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params p) {
+#if defined(ATTNSERVE_SM90_DEVICE)
+  constexpr int kS = kWsStages, kB = kWsBlockKeys;
+  constexpr int kN = kHeads * kRows;  // wgmma N: (row, head) columns
+  constexpr float kNegInf = -INFINITY;
+
+  char* smem = smem_base();
+  uint8_t* sQ = reinterpret_cast<uint8_t*>(smem);                 // [kRows * 64 (row, head)][128 B] SW128
+  uint8_t* sK = sQ + ws_q_bytes(kRows);                           // [kS][64 keys][128 B] SW128
+  float* sScale = reinterpret_cast<float*>(sK + kS * kB * kDim);  // [kS][64]
+  uint8_t* sOk = reinterpret_cast<uint8_t*>(sScale + kS * kB);    // [kS][64] key read (page valid)
+  const uint32_t bars = ptx::smem_addr(sOk + kS * kB);            // full[kS], empty[kS]
+  int* sWin = reinterpret_cast<int*>(sOk + kS * kB + 2 * kS * 8);  // [kRows][lo, hi)
+  auto full = [&](int s) { return bars + uint32_t(s * 8); };
+  auto empty = [&](int s) { return bars + uint32_t((kS + s) * 8); };
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(ptx::kFullMask, tid / 128, 0);  // warp-uniform for the compiler
+  const int64_t gi = int64_t(blockIdx.x) / p.col_blocks;
+  const int64_t group = kPaged ? gi : p.num_groups - 1 - gi;
+  const int64_t c0 = (int64_t(blockIdx.x) % p.col_blocks) * p.cols_per_cta;
+  const int64_t c1 = min(c0 + p.cols_per_cta, p.num_cols);
+  const int64_t row0 = group * kRows;
+
+  // The union of the group's windows: keys outside it are never read.
+  int64_t umin = p.num_cols, umax = 0;
+#pragma unroll
+  for (int t = 0; t < kRows; ++t) {
+    int64_t lo, hi;
+    row_window<kPaged, kRows>(p, group, t, lo, hi);
+    if (lo < hi) umin = min(umin, lo), umax = max(umax, hi);
+  }
+  // Blocks [first, end) of the CTA's columns meet the union; the columns of the others are only -inf.
+  int first = 0, end = 0;
+  {
+    const int64_t a = max(umin, c0), b = min(umax, c1);
+    if (a < b) first = int((a - c0) / kB), end = int((b - c0 + kB - 1) / kB);
+  }
+  for (int t = 0; t < kRows; ++t) {
+    if (row0 + t >= p.rows) break;
+    float* out = p.logits + (row0 + t) * p.logit_row_stride;
+    for (int64_t c = c0 + tid; c < c0 + int64_t(first) * kB; c += kWsThreads) out[c * p.logit_col_stride] = kNegInf;
+    for (int64_t c = c0 + int64_t(end) * kB + tid; c < c1; c += kWsThreads) out[c * p.logit_col_stride] = kNegInf;
+  }
+  const int n = end - first;  // blocks of this CTA
+  if (n <= 0) return;         // uniform over the CTA
+
+  if (tid == 0) {
+    for (int s = 0; s < kS; ++s) {
+      sm90::mbar_init(full(s), 256);  // 128 producer threads: their copies landed + their flags stored
+      sm90::mbar_init(empty(s), 128);  // the consuming math warpgroup, after its wgmmas read the stage
+    }
+    for (int t = 0; t < kRows; ++t) {
+      int64_t lo, hi;
+      row_window<kPaged, kRows>(p, group, t, lo, hi);
+      sWin[2 * t] = int(lo), sWin[2 * t + 1] = int(hi);
+    }
+  }
+  __syncthreads();
+
+  const int64_t cfirst = c0 + int64_t(first) * kB;  // first column of block 0
+  if (wg == 0) {
+    sm90::setmaxnreg_dec<kWsProducerRegs>();
+    // q rows (smem row r = t * 64 + h; rows past the batch are zeros): tracked by block 0's arrivals.
+    for (int i = tid; i < kRows * kHeads * 8; i += 128) {
+      const int r = i >> 3, c = i & 7;
+      const int64_t row = row0 + r / kHeads;
+      const bool ok = row < p.rows;
+      const uint8_t* src = ok ? p.q + row * p.q_row_stride + int64_t(r % kHeads) * p.q_head_stride + c * 16 : p.q;
+      ptx::cp_async_16(ptx::smem_addr(sQ) + sm90::sw128_offset(r, c), src, ok ? 16 : 0);
+    }
+    const int key = tid >> 1, half = tid & 1;
+#pragma unroll 1
+    for (int i = 0; i < n; ++i) {
+      const int slot = i % kS;
+      const int64_t col = cfirst + int64_t(i) * kB + key;
+      const uint8_t* src = p.q;
+      const float* ssrc = p.w;
+      const bool ok = col >= umin && col < umax && locate_key<kPaged>(p, group, col, src, ssrc);
+      if (i >= kS) sm90::mbar_wait(empty(slot), ((i / kS) - 1) & 1);
+      const uint32_t dst = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
+      if constexpr (kVec16) {
+#pragma unroll
+        for (int c = 4 * half; c < 4 * half + 4; ++c)
+          ptx::cp_async_16(dst + sm90::sw128_offset(key, c), ok ? src + c * 16 : p.q, ok ? 16 : 0);
+      } else {
+#pragma unroll 4
+        for (int wd = 16 * half; wd < 16 * half + 16; ++wd)
+          ptx::cp_async_4(dst + sm90::sw128_offset(key, wd >> 2) + (wd & 3) * 4, ok ? src + wd * 4 : p.q, ok ? 4 : 0);
+      }
+      if (half == 0) {
+        ptx::cp_async_4(ptx::smem_addr(sScale + slot * kB + key), ok ? ssrc : p.w, ok ? 4 : 0);
+        sOk[slot * kB + key] = ok;
+      }
+      sm90::cp_async_mbar_arrive(full(slot));  // fires when this thread's copies (and q's) landed
+      sm90::mbar_arrive(full(slot));           // releases the flag store
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight at exit
+    return;
+  }
+
+  sm90::setmaxnreg_inc<kWsMathRegs>();
+  const int w = wg - 1, lane = tid & 31, warp = (tid >> 5) & 3;
+  const int g = lane >> 2, q4 = lane & 3;
+  // wr[t][2 j + e]: the weight (q_scale folded in) of row t, head 8 j + 2 q4 + e: this thread's heads.
+  float wr[kRows][16];
+#pragma unroll
+  for (int t = 0; t < kRows; ++t) {
+    const int64_t row = row0 + t;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const int h = 8 * (k >> 1) + 2 * q4 + (k & 1);
+      float v = 0.f;
+      if (row < p.rows) {
+        v = p.w[row * p.w_row_stride + int64_t(h) * p.w_head_stride];
+        if constexpr (kQScale) v *= p.q_scale[row * p.qs_row_stride + int64_t(h) * p.qs_head_stride];
+      }
+      wr[t][k] = v;
+    }
+  }
+  const uint32_t b_base = ptx::smem_addr(sQ);
+  const int key_l = warp * 16 + g;  // this thread's keys in a block: key_l, key_l + 8
+  const int my_key = key_l + 8 * (q4 & 1);
+  float acc[kN / 2];
+
+#pragma unroll 1
+  for (int i = w; i < n; i += 2) {
+    const int slot = i % kS;
+    sm90::mbar_wait(full(slot), (i / kS) & 1);
+    sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
+    const uint32_t a_base = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
+    sm90::wg_fence();
+#pragma unroll
+    for (int k = 0; k < kDim / 32; ++k)
+      sm90::WgmmaFp8<kN>::ss(acc, sm90::desc_kmajor(a_base + 32 * k), sm90::desc_kmajor(b_base + 32 * k), k);
+    sm90::wg_commit();
+    // The key this lane writes (lanes q4 0 and 1 of a quad: keys key_l and key_l + 8), read while the wgmmas run.
+    const float my_scale = sScale[slot * kB + my_key];
+    const bool my_ok = sOk[slot * kB + my_key] != 0;
+    sm90::wg_wait<0>();
+    sm90::fence_regs(acc);
+    sm90::mbar_arrive(empty(slot));  // the stage's keys are read: the producer may refill it
+
+    const int col = int(cfirst) + i * kB + my_key;
+    const bool writer = q4 < 2 && col < c1;
+#pragma unroll
+    for (int t = 0; t < kRows; ++t) {
+      // acc[32 t + 4 j + e]: key key_l + 8 (e / 2), row t, head 8 j + 2 q4 + e % 2.
+      float s0a = 0.f, s0b = 0.f, s1a = 0.f, s1b = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float* a = acc + 32 * t + 4 * j;
+        s0a = fmaf(relu_keep_nan(a[0]), wr[t][2 * j], s0a);
+        s0b = fmaf(relu_keep_nan(a[1]), wr[t][2 * j + 1], s0b);
+        s1a = fmaf(relu_keep_nan(a[2]), wr[t][2 * j], s1a);
+        s1b = fmaf(relu_keep_nan(a[3]), wr[t][2 * j + 1], s1b);
+      }
+      const float v0 = s0a + s0b, v1 = s1a + s1b;  // keys key_l, key_l + 8: this thread's 16 heads
+      // Even lanes of the quad keep key key_l, odd ones key_l + 8: swap the other half with the neighbour,
+      // then add the other pair's.
+      float v = (q4 & 1) ? v1 : v0;
+      v += __shfl_xor_sync(ptx::kFullMask, (q4 & 1) ? v0 : v1, 1);
+      v += __shfl_xor_sync(ptx::kFullMask, v, 2);
+      const int64_t row = row0 + t;
+      if (writer && row < p.rows) {
+        const bool visible = my_ok && col >= sWin[2 * t] && col < sWin[2 * t + 1];
+        p.logits[row * p.logit_row_stride + int64_t(col) * p.logit_col_stride] = visible ? v * my_scale : kNegInf;
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace attnserve::cuda::indexer90
