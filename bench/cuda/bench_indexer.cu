@@ -22,9 +22,10 @@ using namespace dsa_bench;
 namespace {
 
 // Runs `time_one(kernel name)` once per kernel that can run the problem: the portable one, then the Hopper
-// ones (the session-4 kernel, then the warp-specialized one) when the plan takes them under Tuning{.sm90 = 1}.
+// ones (the session-4 kernel, then the warp-specialized one) when the plan takes them under Tuning{.sm90 = 1};
+// then the warp-specialized one again at each forced column span of `spans` (the plan's span against others).
 template <typename F>
-void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one) {
+void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const std::vector<int64_t>& spans = {}) {
   const DeviceCaps caps = query_device_caps(Device::cuda());
   for (int form : {0, 1, 2}) {
     cuda::indexer::op_tuning().sm90 = form == 0 ? 0 : 1;
@@ -32,11 +33,17 @@ void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one) {
     const auto plan = cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning());
     if (form > 0 && !cuda::indexer::is_sm90(plan.kernel)) continue;
     time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + "]");
+    if (form == 2)
+      for (const int64_t span : spans) {
+        cuda::indexer::op_tuning().ws_cols_per_cta = span;
+        time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + " span " + std::to_string(span) + "]");
+      }
   }
   cuda::indexer::op_tuning() = {};
 }
 
-void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_size) {
+void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_size,
+                 const std::vector<int64_t>& spans = {}) {
   const std::string name = "indexer paged b " + std::to_string(b) + " ctx " + std::to_string(ctx >> 10) + "K heads " +
                            std::to_string(heads) + " next_n " + std::to_string(next_n) + " page " +
                            std::to_string(page_size);
@@ -77,17 +84,20 @@ void bench_paged(int64_t b, int64_t ctx, int64_t heads, int next_n, int page_siz
   for (int t = 0; t < next_n; ++t) visible += double(b) * double(ctx - next_n + t + 1);
   const double flops = 2.0 * double(heads) * 128 * visible;
   const double bytes = double(b) * ctx * 132 + double(rows) * ctx * 4 + double(rows) * heads * 132;
-  for_each_kernel(cuda::indexer::problem_of(a), [&](const std::string& kernel) {
-    const double us = median_us([&](int i) {
-      IndexerPagedArgs r = a;
-      r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * rows * heads * 128;
-      indexer_paged(r);
-    });
-    report(name + kernel, us, flops, bytes, "floor: bytes at the copy ceiling");
-  });
+  for_each_kernel(
+      cuda::indexer::problem_of(a),
+      [&](const std::string& kernel) {
+        const double us = median_us([&](int i) {
+          IndexerPagedArgs r = a;
+          r.q.data = static_cast<uint8_t*>(q.data()) + std::size_t(i % sets) * rows * heads * 128;
+          indexer_paged(r);
+        });
+        report(name + kernel, us, flops, bytes, "floor: bytes at the copy ceiling");
+      },
+      spans);
 }
 
-void bench_ragged_prefill(int64_t tokens, int64_t heads) {
+void bench_ragged_prefill(int64_t tokens, int64_t heads, const std::vector<int64_t>& spans = {}) {
   const std::string name =
       "indexer ragged causal prefill " + std::to_string(tokens) + " tokens heads " + std::to_string(heads);
   if (!selected(name)) return;
@@ -112,24 +122,27 @@ void bench_ragged_prefill(int64_t tokens, int64_t heads) {
                       .logits = TensorView::contiguous(logits.data(), DType::f32, {tokens, tokens}, Device::cuda())};
   const double flops = 2.0 * double(heads) * 128 * double(tokens) * double(tokens + 1) / 2;
   const double bytes = double(tokens) * tokens * 4 + double(tokens) * 132 * 2;
-  for_each_kernel(cuda::indexer::problem_of(a), [&](const std::string& kernel) {
-    const double us = median_us([&](int) { indexer_ragged(a); }, 2, 10);
-    report(name + kernel, us, flops, bytes, "causal: half the square computed, all of it written");
-  });
+  for_each_kernel(
+      cuda::indexer::problem_of(a),
+      [&](const std::string& kernel) {
+        const double us = median_us([&](int) { indexer_ragged(a); }, 2, 10);
+        report(name + kernel, us, flops, bytes, "causal: half the square computed, all of it written");
+      },
+      spans);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
   if (!bench_start(argc, argv, "== bench_indexer (median; pools far larger than L2)")) return 0;
-  bench_paged(128, 32 << 10, 64, 1, 64);
+  bench_paged(128, 32 << 10, 64, 1, 64, {2048, 16384});
   bench_paged(128, 8 << 10, 64, 1, 64);
   bench_paged(64, 32 << 10, 64, 2, 64);
   bench_paged(128, 32 << 10, 64, 2, 64);
-  bench_paged(128, 32 << 10, 64, 4, 64);
+  bench_paged(128, 32 << 10, 64, 4, 64, {2048});
   bench_paged(128, 32 << 10, 64, 1, 1);
   bench_ragged_prefill(4096, 64);
-  bench_ragged_prefill(8192, 64);
+  bench_ragged_prefill(8192, 64, {1024, 2048});
   return 0;
 } catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
   std::fprintf(stderr, "%s: %s\n", "bench_indexer", e.what());

@@ -51,8 +51,7 @@ TEST(OpPlanIndexerSm90, PagedNextN1To4On64HeadsTakesTheHopperKernel) {
     EXPECT_EQ(s4.cols_per_cta, cuda::indexer90::kColsPerCta);
   }
   EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, {}, kSm90a).kernel, Kernel::sm90ws_paged_q_scale);
-  EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, Tuning{.sm90_ws = 0}, kSm90a).kernel,
-            Kernel::sm90_paged_q_scale);
+  EXPECT_EQ(make_plan(paged(2, 64, 64, true), kH200, Tuning{.sm90_ws = 0}, kSm90a).kernel, Kernel::sm90_paged_q_scale);
   // Pages of 5 keys break 16-byte alignment: the portable kernel by default (measured faster there), the
   // Hopper kernel's 4-byte key copies when forced.
   EXPECT_EQ(make_plan(paged(1, 5), kH200, {}, kSm90a).kernel, Kernel::paged);

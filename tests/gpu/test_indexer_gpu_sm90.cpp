@@ -138,8 +138,8 @@ TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
   auto g = rng_for_test();
   std::vector<std::pair<int, int>> w;
   for (int t = 0; t < 45; ++t) w.push_back({0, 2950 + t + 1});  // the last 45 rows of a 2995-token prompt
-  w.push_back({2990, 2995});                                     // a sliding window's tail
-  w.push_back({7, 7});                                           // empty
+  w.push_back({2990, 2995});                                    // a sliding window's tail
+  w.push_back({7, 7});                                          // empty
   for (const int64_t span : {8192, 1024}) {
     SCOPED_TRACE("span " + std::to_string(span));
     const ForceForm form(1, span);

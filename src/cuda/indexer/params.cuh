@@ -20,7 +20,7 @@ struct Params {
   int rows_per_group;  // paged: next_n; ragged: kRaggedGroupRows
   int64_t col_blocks;
   int64_t cols_per_cta;  // logit columns per CTA (the column block)
-  bool key_vec16;  // keys are 16-byte aligned (else 4-byte loads)
+  bool key_vec16;        // keys are 16-byte aligned (else 4-byte loads)
   // ragged
   const uint8_t* k;  // [num_cols, 128] fp8
   int64_t k_row_stride;

@@ -79,9 +79,8 @@ void size_ws_columns(Plan& c, const DeviceCaps& caps, const Tuning& tune) {
   int64_t span = tune.ws_cols_per_cta;
   if (span <= 0) {
     const int64_t target = int64_t(indexer90::kWsWaves) * std::max(1, caps.num_sms);
-    const int64_t blocks =
-        std::clamp<int64_t>(ceil_div64(target, std::max<int64_t>(1, c.num_groups)), 1,
-                            ceil_div64(cols, indexer90::kWsMinCols));
+    const int64_t blocks = std::clamp<int64_t>(ceil_div64(target, std::max<int64_t>(1, c.num_groups)), 1,
+                                               ceil_div64(cols, indexer90::kWsMinCols));
     span = ceil_div64(cols, blocks);
   }
   c.cols_per_cta = ceil_div64(span, indexer90::kWsBlockKeys) * indexer90::kWsBlockKeys;

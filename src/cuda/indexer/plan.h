@@ -49,7 +49,7 @@ struct Plan {
   int64_t num_groups = 0;
   int64_t col_blocks = 0;    // CTAs per group: cols_per_cta logit columns each
   int64_t cols_per_cta = 0;  // the kernel's kColsPerCta, or (ws kernel) sized to ~kWsWaves CTAs an SM
-  bool key_vec16 = true;   // keys 16-byte aligned (paged: page_size % 4 == 0), else 4-byte loads
+  bool key_vec16 = true;     // keys 16-byte aligned (paged: page_size % 4 == 0), else 4-byte loads
   int64_t ctas() const { return num_groups * col_blocks; }
 };
 

@@ -5,8 +5,8 @@
 // p.cols_per_cta logit columns:
 //  - warpgroup 0, the producer (setmaxnreg down): q rows once, then the CTA's 64-key blocks through a ring
 //    of kWsStages stages by cp.async (16-byte copies; 4-byte ones for pages that break 16-byte alignment).
-//    Thread (key = tid / 2, half = tid % 2) copies half a key row per block; its page id is loaded before
-//    it waits for the stage to be free, so the page-table round trip hides under the wait. A stage's full
+//    Thread (key = tid / 2, half = tid % 2) copies half a key row per block; its page ids are loaded
+//    kWsPageAhead blocks ahead, so the page-table round trips overlap each other and the copies. A stage's full
 //    barrier completes when every producer thread's copies landed (cp.async.mbarrier.arrive) and its
 //    validity flags were stored (a plain arrive: release of the st.shared).
 //  - warpgroups 1 and 2, the math (setmaxnreg up): block i goes to warpgroup 1 + i % 2, which runs 4
@@ -43,11 +43,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
   constexpr float kNegInf = -INFINITY;
 
   char* smem = smem_base();
-  uint8_t* sQ = reinterpret_cast<uint8_t*>(smem);                 // [kRows * 64 (row, head)][128 B] SW128
-  uint8_t* sK = sQ + ws_q_bytes(kRows);                           // [kS][64 keys][128 B] SW128
-  float* sScale = reinterpret_cast<float*>(sK + kS * kB * kDim);  // [kS][64]
-  uint8_t* sOk = reinterpret_cast<uint8_t*>(sScale + kS * kB);    // [kS][64] key read (page valid)
-  const uint32_t bars = ptx::smem_addr(sOk + kS * kB);            // full[kS], empty[kS]
+  uint8_t* sQ = reinterpret_cast<uint8_t*>(smem);                  // [kRows * 64 (row, head)][128 B] SW128
+  uint8_t* sK = sQ + ws_q_bytes(kRows);                            // [kS][64 keys][128 B] SW128
+  float* sScale = reinterpret_cast<float*>(sK + kS * kB * kDim);   // [kS][64]
+  uint8_t* sOk = reinterpret_cast<uint8_t*>(sScale + kS * kB);     // [kS][64] key read (page valid)
+  const uint32_t bars = ptx::smem_addr(sOk + kS * kB);             // full[kS], empty[kS]
   int* sWin = reinterpret_cast<int*>(sOk + kS * kB + 2 * kS * 8);  // [kRows][lo, hi)
   auto full = [&](int s) { return bars + uint32_t(s * 8); };
   auto empty = [&](int s) { return bars + uint32_t((kS + s) * 8); };
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
 
   if (tid == 0) {
     for (int s = 0; s < kS; ++s) {
-      sm90::mbar_init(full(s), 256);  // 128 producer threads: their copies landed + their flags stored
+      sm90::mbar_init(full(s), 256);   // 128 producer threads: their copies landed + their flags stored
       sm90::mbar_init(empty(s), 128);  // the consuming math warpgroup, after its wgmmas read the stage
     }
     for (int t = 0; t < kRows; ++t) {
@@ -108,30 +108,68 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
       ptx::cp_async_16(ptx::smem_addr(sQ) + sm90::sw128_offset(r, c), src, ok ? 16 : 0);
     }
     const int key = tid >> 1, half = tid & 1;
-#pragma unroll 1
-    for (int i = 0; i < n; ++i) {
-      const int slot = i % kS;
+    // Page ids run kWsPageAhead blocks ahead of the copies (registers pg[a] for blocks i0 + a): the loads
+    // are issued early and their values first used kWsPageAhead blocks later, so a CTA's start pays about
+    // kS / kWsPageAhead page-table round trips instead of one a block. pg = -1: not read (outside the
+    // union window); out-of-pool ids are caught at use.
+    auto fetch = [&](int i) -> int32_t {
       const int64_t col = cfirst + int64_t(i) * kB + key;
-      const uint8_t* src = p.q;
-      const float* ssrc = p.w;
-      const bool ok = col >= umin && col < umax && locate_key<kPaged>(p, group, col, src, ssrc);
-      if (i >= kS) sm90::mbar_wait(empty(slot), ((i / kS) - 1) & 1);
-      const uint32_t dst = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
-      if constexpr (kVec16) {
+      int32_t v = -1;
+      if (i < n && col >= umin && col < umax) {
+        if constexpr (kPaged) {
+          const uint32_t page_idx = uint32_t(col) / uint32_t(p.page_size);
+          v = p.page_table[group * p.pt_row_stride + int64_t(page_idx) * p.pt_col_stride];
+        } else {
+          v = 0;
+        }
+      }
+      return v;
+    };
+    int32_t pg[kWsPageAhead];
 #pragma unroll
-        for (int c = 4 * half; c < 4 * half + 4; ++c)
-          ptx::cp_async_16(dst + sm90::sw128_offset(key, c), ok ? src + c * 16 : p.q, ok ? 16 : 0);
-      } else {
+    for (int a = 0; a < kWsPageAhead; ++a) pg[a] = fetch(a);
+#pragma unroll 1
+    for (int i0 = 0; i0 < n; i0 += kWsPageAhead) {
+#pragma unroll
+      for (int a = 0; a < kWsPageAhead; ++a) {
+        const int i = i0 + a;
+        if (i >= n) break;  // uniform over the producer
+        const int slot = i % kS;
+        const int64_t col = cfirst + int64_t(i) * kB + key;
+        const int64_t page = pg[a];
+        const bool ok = page >= 0 && (!kPaged || page < p.num_pages);
+        const uint8_t* src = p.q;
+        const float* ssrc = p.w;
+        if (ok) {
+          if constexpr (kPaged) {
+            const int64_t in_page = col - int64_t(uint32_t(col) / uint32_t(p.page_size)) * p.page_size;
+            const uint8_t* base = p.pool + page * p.page_size * (kDim + 4);
+            src = base + in_page * kDim;
+            ssrc = reinterpret_cast<const float*>(base + p.page_size * kDim + in_page * 4);
+          } else {
+            src = p.k + col * p.k_row_stride;
+            ssrc = p.k_scale + col * p.k_scale_stride;
+          }
+        }
+        pg[a] = fetch(i + kWsPageAhead);  // in flight during the wait and the copies below
+        if (i >= kS) sm90::mbar_wait(empty(slot), ((i / kS) - 1) & 1);
+        const uint32_t dst = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
+        if constexpr (kVec16) {
+#pragma unroll
+          for (int c = 4 * half; c < 4 * half + 4; ++c)
+            ptx::cp_async_16(dst + sm90::sw128_offset(key, c), ok ? src + c * 16 : p.q, ok ? 16 : 0);
+        } else {
 #pragma unroll 4
-        for (int wd = 16 * half; wd < 16 * half + 16; ++wd)
-          ptx::cp_async_4(dst + sm90::sw128_offset(key, wd >> 2) + (wd & 3) * 4, ok ? src + wd * 4 : p.q, ok ? 4 : 0);
+          for (int wd = 16 * half; wd < 16 * half + 16; ++wd)
+            ptx::cp_async_4(dst + sm90::sw128_offset(key, wd >> 2) + (wd & 3) * 4, ok ? src + wd * 4 : p.q, ok ? 4 : 0);
+        }
+        if (half == 0) {
+          ptx::cp_async_4(ptx::smem_addr(sScale + slot * kB + key), ok ? ssrc : p.w, ok ? 4 : 0);
+          sOk[slot * kB + key] = ok;
+        }
+        sm90::cp_async_mbar_arrive(full(slot));  // fires when this thread's copies (and q's) landed
+        sm90::mbar_arrive(full(slot));           // releases the flag store
       }
-      if (half == 0) {
-        ptx::cp_async_4(ptx::smem_addr(sScale + slot * kB + key), ok ? ssrc : p.w, ok ? 4 : 0);
-        sOk[slot * kB + key] = ok;
-      }
-      sm90::cp_async_mbar_arrive(full(slot));  // fires when this thread's copies (and q's) landed
-      sm90::mbar_arrive(full(slot));           // releases the flag store
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight at exit
     return;
