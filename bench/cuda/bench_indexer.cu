@@ -2,7 +2,7 @@
 // pool (pages shuffled, pool far larger than L2) and ragged causal prefill scores. CUDA events, median
 // of many after warm-up. FLOPs = 2 * rows * heads * 128 * visible keys; bytes = keys read once
 // (132 B each: 128 fp8 + f32 scale) + logits written (4 B per (row, column)) + q.
-// Each shape runs on the portable kernel and, where it applies, on the Hopper one (FP8 wgmma); the line
+// Each shape runs on the portable kernel and, where they apply, on the Hopper ones (FP8 wgmma); the line
 // names the kernel that ran (the plan's kernel_name).
 //
 // Usage: bench_indexer [--quick] [filter-substring]
@@ -22,18 +22,20 @@ using namespace dsa_bench;
 namespace {
 
 // Runs `time_one(kernel name)` once per kernel that can run the problem: the portable one, then the Hopper
-// ones (the session-4 kernel, then the warp-specialized one) when the plan takes them under Tuning{.sm90 = 1};
-// then the warp-specialized one again at each forced column span of `spans` (the plan's span against others).
+// ones the plan takes under Tuning{.sm90 = 1} (ragged: the session-4 kernel and the warp-specialized one;
+// paged: the ws kernel); then the ws kernel again at each forced column span of `spans` (against the plan's).
 template <typename F>
 void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const std::vector<int64_t>& spans = {}) {
   const DeviceCaps caps = query_device_caps(Device::cuda());
+  int previous = -1;
   for (int form : {0, 1, 2}) {
-    cuda::indexer::op_tuning().sm90 = form == 0 ? 0 : 1;
-    cuda::indexer::op_tuning().sm90_ws = form == 2 ? 1 : 0;
+    cuda::indexer::op_tuning() = {.sm90 = form == 0 ? 0 : 1, .sm90_ws = form == 2 ? 1 : 0};
     const auto plan = cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning());
     if (form > 0 && !cuda::indexer::is_sm90(plan.kernel)) continue;
+    if (int(plan.kernel) == previous) continue;  // paged: one Hopper kernel
+    previous = int(plan.kernel);
     time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + "]");
-    if (form == 2)
+    if (cuda::indexer::is_sm90_ws(plan.kernel))
       for (const int64_t span : spans) {
         cuda::indexer::op_tuning().ws_cols_per_cta = span;
         time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + " span " + std::to_string(span) + "]");

@@ -3,9 +3,9 @@
 // same-precision reference, exact -inf positions, nothing unwritten, two runs bit-identical): paged
 // next_n 1..4 x page sizes 1 / 5 / 64 (16- and 4-byte key copies), short and zero-length requests, long
 // contexts (many CTAs and ring wrap-arounds), page ids outside the pool, ragged random and causal windows
-// with a partial last row group, and q_scale equal to the weights with the scale folded in. The Hopper kernel
-// forced is the plan's default Hopper form (the warp-specialized one); long forced column spans wrap its ring
-// of stages many times on small problems; the session-4 kernel, still selectable, runs a smoke set.
+// with a partial last row group, and q_scale equal to the weights with the scale folded in. Paged calls run the
+// warp-specialized kernel; the ragged cases run both the session-4 kernel (the ragged default) and the ws one.
+// Long forced column spans wrap the ws kernel's ring of stages many times on small problems.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -22,7 +22,8 @@ using namespace attnserve::test::indexer_gpu;
 
 namespace {
 
-// Sets the Hopper form and the ws kernel's column span for the indexer calls in its scope (op_tuning).
+// Sets the Hopper ragged kernel (Tuning::sm90_ws) and the ws kernel's column span for the indexer calls in
+// its scope (op_tuning).
 struct ForceForm {
   cuda::indexer::Tuning saved;
   ForceForm(int sm90_ws, int64_t ws_cols_per_cta) : saved(cuda::indexer::op_tuning()) {
@@ -102,20 +103,17 @@ TEST(IndexerSm90PagedEdge, ShortForcedSpans) {
   run_paged_case({.seqlens = {2049, 700}, .next_n = 4, .page_size = 64}, g, -1, Math::fp8_mma);
 }
 
-// The session-4 Hopper kernel, still selectable (Tuning::sm90_ws = 0): a smoke set, paged and ragged.
-TEST(IndexerSm90Session4Kernel, PagedAndRaggedMatchCpu) {
-  INDEXER_REQUIRE_SM90();
-  auto g = rng_for_test();
-  const ForceForm form(0, 0);
-  run_paged_case({.seqlens = {900, 128, 2100}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);
-  run_paged_case({.seqlens = {300, 5}, .next_n = 3, .page_size = 5}, g, -1, Math::fp8_mma);
-  run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);
-}
+// Both Hopper ragged kernels: sm90_ws 0 the session-4 one (the default), 1 the warp-specialized one.
+constexpr int kRaggedForms[] = {0, 1};
 
 TEST(IndexerSm90Ragged, RandomWindowsMatchCpu) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
-  run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);  // 37 rows: a last group of 1 row
+  for (const int ws : kRaggedForms) {
+    SCOPED_TRACE("sm90_ws " + std::to_string(ws));
+    const ForceForm form(ws, 0);
+    run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);  // 37 rows: a last group of 1 row
+  }
 }
 
 // Prefill of two requests packed in one key buffer (causal), an empty window, the whole buffer, the last key.
@@ -128,7 +126,11 @@ TEST(IndexerSm90Ragged, CausalPrefillWindows) {
   w.push_back({5, 5});
   w.push_back({0, 1170});
   w.push_back({1169, 1170});
-  run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma);
+  for (const int ws : kRaggedForms) {
+    SCOPED_TRACE("sm90_ws " + std::to_string(ws));
+    const ForceForm form(ws, 0);
+    run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma);
+  }
 }
 
 // Causal prefill where a CTA takes a group's whole window (a forced 8192-column span: up to 47 blocks, the

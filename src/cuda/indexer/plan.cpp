@@ -38,8 +38,6 @@ const char* kernel_name(Kernel k) {
     case Kernel::paged_q_scale: return "sm80_paged_q_scale";
     case Kernel::sm90_ragged: return "sm90_ragged";
     case Kernel::sm90_ragged_q_scale: return "sm90_ragged_q_scale";
-    case Kernel::sm90_paged: return "sm90_paged";
-    case Kernel::sm90_paged_q_scale: return "sm90_paged_q_scale";
     case Kernel::sm90ws_ragged: return "sm90ws_ragged";
     case Kernel::sm90ws_ragged_q_scale: return "sm90ws_ragged_q_scale";
     case Kernel::sm90ws_paged: return "sm90ws_paged";
@@ -87,7 +85,7 @@ void size_ws_columns(Plan& c, const DeviceCaps& caps, const Tuning& tune) {
   c.col_blocks = ceil_div64(cols, c.cols_per_cta);
 }
 
-// sm90: 0 portable, 1 the session-4 Hopper kernel, 2 the warp-specialized one.
+// sm90: 0 portable, 1 the session-4 Hopper kernel (ragged only), 2 the warp-specialized one.
 Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tune) {
   Plan c;
   c.problem = p;
@@ -98,10 +96,9 @@ Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tun
     c.num_groups = p.paged ? p.rows / p.next_n : ceil_div64(p.rows, indexer90::kWsRaggedRows);
     size_ws_columns(c, caps, tune);
   } else if (sm90 == 1) {
-    c.kernel = p.paged ? (p.q_scale ? Kernel::sm90_paged_q_scale : Kernel::sm90_paged)
-                       : (p.q_scale ? Kernel::sm90_ragged_q_scale : Kernel::sm90_ragged);
-    c.rows_per_group = p.paged ? p.next_n : indexer90::kRaggedRows;
-    c.num_groups = p.paged ? p.rows / p.next_n : ceil_div64(p.rows, indexer90::kRaggedRows);
+    c.kernel = p.q_scale ? Kernel::sm90_ragged_q_scale : Kernel::sm90_ragged;
+    c.rows_per_group = indexer90::kRaggedRows;
+    c.num_groups = ceil_div64(p.rows, indexer90::kRaggedRows);
     c.col_blocks = ceil_div64(p.num_cols, indexer90::kColsPerCta);
     c.cols_per_cta = indexer90::kColsPerCta;
   } else {
@@ -116,16 +113,15 @@ Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tun
   return c;
 }
 
-// The Hopper form the tuning asks for: 2 the ws kernel, 1 the session-4 one.
-int sm90_form(const Tuning& tune) { return tune.sm90_ws == 0 ? 1 : 2; }
+// The Hopper form of a call: 2 the ws kernel (paged always; ragged when asked), 1 the session-4 one.
+int sm90_form(const Problem& p, const Tuning& tune) { return p.paged || tune.sm90_ws == 1 ? 2 : 1; }
 
 bool sm90_supports_form(const Problem& p, const DeviceCaps& caps, const Targets& t, int form) {
   if (!t.sm90a || caps.arch != 90 || p.heads != indexer90::kHeads || !p.q_head_stride16) return false;
   if (p.paged && (p.next_n < 1 || p.next_n > indexer90::kMaxNextN)) return false;
   const int rows = p.paged ? p.next_n : indexer90::kWsRaggedRows;
   const std::size_t smem =
-      form == 2 ? indexer90::ws_smem_bytes(rows)
-                : indexer90::smem_bytes(p.paged ? indexer90::paged_shape(p.next_n) : indexer90::ragged_shape());
+      form == 2 ? indexer90::ws_smem_bytes(rows) : indexer90::smem_bytes(indexer90::ragged_shape());
   // 32-bit page-index and column arithmetic in the key gather (columns below 2^31)
   return smem <= caps.smem_per_block && p.num_cols < (int64_t(1) << 31) &&
          shape(p, form, caps, {}).ctas() <= int64_t(0x7fffffff);
@@ -134,7 +130,7 @@ bool sm90_supports_form(const Problem& p, const DeviceCaps& caps, const Targets&
 }  // namespace
 
 bool sm90_supports(const Problem& p, const DeviceCaps& caps, const Targets& t) {
-  return sm90_supports_form(p, caps, t, 2);  // the default form
+  return sm90_supports_form(p, caps, t, sm90_form(p, {}));  // the default form
 }
 
 Support can_implement(const Problem& p, const DeviceCaps& caps) {
@@ -148,10 +144,10 @@ Support can_implement(const Problem& p, const DeviceCaps& caps) {
 Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, const Targets& targets) {
   const Support s = can_implement(p, caps);
   ATTNSERVE_CHECK(s.ok(), s.reason);
-  // Auto: not for pages that break 16-byte alignment (page_size % 4 != 0): the Hopper kernel's 4-byte key
-  // copies lost to the portable kernel there (b128 x 32K page 1: 1195 us against 730, H200, 26f91f4).
-  const bool auto_sm90 = tune.sm90 == -1 && sm90_env_allowed() && (!p.paged || p.page_size % 4 == 0);
-  const int form = sm90_form(tune);
+  // Auto: every page size (the ws kernel's 4-byte key copies, b128 x 32K page 1: 398 us against the portable
+  // kernel's 729, H200, a120325; the session-4 kernel's took 1199).
+  const bool auto_sm90 = tune.sm90 == -1 && sm90_env_allowed();
+  const int form = sm90_form(p, tune);
   const bool sm90 = (tune.sm90 == 1 || auto_sm90) && sm90_supports_form(p, caps, targets, form);
   return shape(p, sm90 ? form : 0, caps, tune);
 }

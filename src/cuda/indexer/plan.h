@@ -29,14 +29,12 @@ enum class Kernel : int {
   ragged_q_scale = 1,
   paged = 2,
   paged_q_scale = 3,
-  sm90_ragged = 4,  // Hopper FP8 wgmma (sm90/): 64 heads, paged next_n 1..4
+  sm90_ragged = 4,  // Hopper FP8 wgmma (sm90/), 64 heads: the session-4 kernel (kernel.cuh), ragged only
   sm90_ragged_q_scale = 5,
-  sm90_paged = 6,
-  sm90_paged_q_scale = 7,
-  sm90ws_ragged = 8,  // Hopper, warp-specialized (sm90/ws_kernel.cuh): the same problems
-  sm90ws_ragged_q_scale = 9,
-  sm90ws_paged = 10,
-  sm90ws_paged_q_scale = 11,
+  sm90ws_ragged = 6,  // Hopper, warp-specialized (sm90/ws_kernel.cuh): ragged, paged next_n 1..4
+  sm90ws_ragged_q_scale = 7,
+  sm90ws_paged = 8,
+  sm90ws_paged_q_scale = 9,
 };
 const char* kernel_name(Kernel k);
 inline bool is_sm90(Kernel k) { return int(k) >= int(Kernel::sm90_ragged); }
@@ -59,11 +57,12 @@ struct Targets {
   static Targets built();
 };
 
-// The Hopper kernel: -1 auto (chosen on sm_90 when built and it supports the call, pages of a multiple of 4
-// keys, unless the environment sets ATTNSERVE_INDEXER_SM90=0), 0 never, 1 whenever it supports the call.
-// The Hopper kernel's form: -1 auto (the warp-specialized one), 0 the session-4 kernel (sm90/kernel.cuh), 1
-// the warp-specialized one. ws_cols_per_cta > 0 forces the ws kernel's column span (a multiple of 64; tests:
-// long spans wrap the ring on small problems).
+// The Hopper kernel: -1 auto (chosen on sm_90 when built and it supports the call, unless the environment sets
+// ATTNSERVE_INDEXER_SM90=0), 0 never, 1 whenever it supports the call.
+// Which Hopper kernel: paged calls always run the warp-specialized one; ragged calls the session-4 kernel
+// (sm90_ws -1 auto or 0: it measured as fast at 8K and faster at 4K, session 6) or the ws one (sm90_ws 1).
+// ws_cols_per_cta > 0 forces the ws kernel's column span (rounded up to 64; tests: long spans wrap the
+// ring on small problems; the bench: spans against the plan's).
 struct Tuning {
   int sm90 = -1;
   int sm90_ws = -1;

@@ -1,16 +1,13 @@
-// The Hopper lightning-indexer kernel (sm_90a FP8 wgmma): its CTA shapes. Host-visible (plain C++): the
-// plan (../plan.cpp) chooses and sizes the grid with it, the kernel (kernel.cuh) is built from it.
+// The Hopper lightning-indexer kernels (sm_90a FP8 wgmma): their CTA shapes. Host-visible (plain C++): the
+// plan (../plan.cpp) chooses and sizes the grid with them, the kernels (kernel.cuh, ws_kernel.cuh) are built
+// from them. Scores S[keys x (rows * 64 heads)] = K Q^T come from FP8 wgmma (keys are the M side, 64 per
+// warpgroup; the group's q rows, resident in shared memory, are the N side), so the sum over heads is along
+// the accumulator's columns: in-thread, then over the quad.
 //
-// A CTA is two warpgroups over one query group (paged: a request's next_n rows; ragged: kRaggedRows
-// consecutive rows) and kColsPerCta logit columns, streamed in stages of keys through a cp.async ring.
-// Scores S[keys x (rows * 64 heads)] = K Q^T come from FP8 wgmma (keys are the M side, 64 per warpgroup;
-// the group's q rows, resident in shared memory, are the N side), so the sum over heads is along the
-// accumulator's columns: in-thread, then over the quad.
-//  - paged (memory-bound at next_n 1): the warpgroups own 64 keys each of a 128-key stage, all next_n
-//    rows each (N = 64 * next_n).
-//  - ragged (compute-bound): both warpgroups read the same 64-key stage, each owns 2 of the 4 rows
-//    (N = 128): a key is read from L2 once per 4 rows, and 64 accumulators a thread leave room for 2 CTAs
-//    an SM, so one CTA's epilogue overlaps the other's wgmma.
+// The session-4 kernel (kernel.cuh; the ragged default): a CTA is two warpgroups over kRaggedRows consecutive
+// rows and kColsPerCta logit columns; both warpgroups read the same 64-key stage of a cp.async ring, each
+// owns 2 of the 4 rows (N = 128): a key is read from L2 once per 4 rows, and 64 accumulators a thread leave
+// room for 2 CTAs an SM, so one CTA's epilogue overlaps the other's wgmma.
 #pragma once
 #include <cstddef>
 
@@ -21,18 +18,17 @@ constexpr int kHeads = 64;         // the one head count (DeepSeek-V3.2); others
 constexpr int kWgKeys = 64;        // keys per warpgroup tile (wgmma M)
 constexpr int kThreads = 256;      // two warpgroups
 constexpr int kColsPerCta = 1024;  // logit columns per CTA
-constexpr int kMaxNextN = 4;       // paged: N = 64 * next_n <= 256
+constexpr int kMaxNextN = 4;       // paged (ws kernel): N = 64 * next_n <= 256
 constexpr int kRaggedRows = 4;     // ragged rows per CTA
 
 struct Shape {
-  int key_wgs;      // warpgroups along keys (paged 2, ragged 1)
+  int key_wgs;      // warpgroups along keys
   int rows_per_wg;  // query rows each warpgroup scores (its N = 64 * rows_per_wg)
   int stages;       // cp.async ring depth
   constexpr int row_wgs() const { return 2 / key_wgs; }
   constexpr int rows() const { return rows_per_wg * row_wgs(); }  // query rows of the CTA's group
   constexpr int stage_keys() const { return kWgKeys * key_wgs; }
 };
-constexpr Shape paged_shape(int next_n) { return Shape{2, next_n, 4}; }
 constexpr Shape ragged_shape() { return Shape{1, 2, 6}; }
 
 // Dynamic shared memory: q rows, the key ring, its scales and validity flags, the weights, + 1024 for the
@@ -42,7 +38,8 @@ constexpr std::size_t smem_bytes(const Shape& s) {
          std::size_t(s.rows()) * kHeads * 4 + 1024 + 16;
 }
 
-// The warp-specialized kernel (ws_kernel.cuh, DeepGEMM's structure, our code): a producer warpgroup
+// The warp-specialized kernel (ws_kernel.cuh, DeepGEMM's structure, our code; the paged kernel, and the
+// ragged one when asked: Tuning::sm90_ws = 1): a producer warpgroup
 // streams 64-key blocks through a ring of kWsStages cp.async stages (full / empty mbarriers per stage),
 // and two math warpgroups take alternate blocks, each scoring its block against all the group's rows
 // (N = 64 * rows: next_n paged, kWsRaggedRows ragged), so one warpgroup's epilogue runs under the other's

@@ -1,4 +1,4 @@
-// The Hopper lightning-indexer kernel's launch: the plan's kernel and next_n to the per-shape launchers
+// The Hopper lightning-indexer kernels' launch: the plan's kernel and next_n to the per-shape launchers
 // (launchers.h; instantiated in instantiations/).
 #include "cuda/common/host_util.cuh"
 #include "cuda/indexer/sm90/indexer_sm90.h"
@@ -18,25 +18,12 @@ void launch_ws_paged_any(const Params& p, const Plan& plan, cudaStream_t s) {
   }
 }
 
-template <bool kQScale>
-void launch_paged_any(const Params& p, const Plan& plan, cudaStream_t s) {
-  switch (plan.rows_per_group) {
-    case 1: indexer90::launch_paged<1, kQScale>(p, plan, s); break;
-    case 2: indexer90::launch_paged<2, kQScale>(p, plan, s); break;
-    case 3: indexer90::launch_paged<3, kQScale>(p, plan, s); break;
-    case 4: indexer90::launch_paged<4, kQScale>(p, plan, s); break;
-    default: ATTNSERVE_CHECK(false, "indexer_paged: the Hopper kernel has no next_n ", plan.rows_per_group);
-  }
-}
-
 }  // namespace
 
 void launch_sm90(const Params& p, const Plan& plan, Stream stream) {
   if (plan.ctas() == 0) return;
   cudaStream_t s = to_cuda(stream);
   switch (plan.kernel) {
-    case Kernel::sm90_paged: launch_paged_any<false>(p, plan, s); break;
-    case Kernel::sm90_paged_q_scale: launch_paged_any<true>(p, plan, s); break;
     case Kernel::sm90_ragged: indexer90::launch_ragged<false>(p, plan, s); break;
     case Kernel::sm90_ragged_q_scale: indexer90::launch_ragged<true>(p, plan, s); break;
     case Kernel::sm90ws_paged: launch_ws_paged_any<false>(p, plan, s); break;

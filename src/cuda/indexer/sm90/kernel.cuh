@@ -1,19 +1,17 @@
-// The Hopper lightning-indexer kernel (sm_90a): FP8 wgmma scores, relu * weight summed over the heads in
-// registers, the key scale, the window mask, every logit column of the CTA written (config.h: the shapes).
+// The session-4 Hopper lightning-indexer kernel (sm_90a), now for the ragged form (prefill) only: the paged
+// form runs the warp-specialized kernel (ws_kernel.cuh), which measured faster there; this one stays the
+// ragged default until the ws kernel beats it (bench/NOTES.md, session 6). FP8 wgmma scores, relu * weight
+// summed over the heads in registers, the key scale, the window mask, every logit column of the CTA written.
 //   logit[row, j] = sum_h relu(q[row,h,:] . k[j,:]) * w[row,h] * k_scale[j],  -inf outside row's window
 //
-// Per CTA: the group's q rows (rows * 64 heads * 128 fp8) and weights stay in shared memory; keys stream
-// through a ring of `stages` cp.async stages (16-byte copies, 4-byte ones for pages that are not 16-byte
-// aligned), each key row 128 bytes in the SW128 layout both wgmma operands read K-major. Per stage each
-// warpgroup runs 4 wgmma m64nNk32 (e4m3 x e4m3 -> f32) on its 64 keys x its N = 64 * rows_per_wg (row,
-// head) columns; the accumulator element (key, row, head) then sits in the thread (key % 8 group, head % 8
-// pair), so relu * w is summed over a thread's 16 heads of a row, then over the quad by two shuffles.
-// Keys outside the union of the group's windows are never read (zero-filled, their columns -inf); page
-// ids outside the pool are skipped (-inf), as the portable kernel does.
-//
-// Floor (paged decode b128 x 32K, next_n 1): 553 MB of keys + 17 MB of logits, ~140 us at 4 TB/s; FLOPs
-// 2 * rows * 64 * 128 * keys (68.7 GFLOP: 490 TFLOP/s at that floor). Ragged causal prefill is
-// compute-bound (FP8 dense ~1979 TFLOP/s peak).
+// Per CTA (config.h: ragged_shape): the group's 4 q rows (4 * 64 heads * 128 fp8) and weights stay in shared
+// memory; keys stream through a ring of `stages` cp.async stages (16-byte copies), each key row 128 bytes
+// in the SW128 layout both wgmma operands read K-major. Per stage both warpgroups run 4 wgmma m64n128k32
+// (e4m3 x e4m3 -> f32) on the stage's 64 keys x their 2 rows * 64 heads; the accumulator element (key, row,
+// head) then sits in the thread (key % 8 group, head % 8 pair), so relu * w is summed over a thread's 16
+// heads of a row, then over the quad by two shuffles. Keys outside the union of the group's windows are
+// never read (zero-filled, their columns -inf). Ragged causal prefill is compute-bound (FP8 dense ~1979
+// TFLOP/s peak).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -30,10 +28,11 @@ namespace attnserve::cuda::indexer90 {
 
 using Params = indexer::Params;
 
-template <int kKeyWgs, int kRowsPerWg, int kStages, bool kPaged, bool kQScale, bool kVec16>
-__global__ void __launch_bounds__(kThreads, kRowsPerWg <= 2 ? 2 : 1) indexer_sm90_kernel(const Params p) {
+template <bool kQScale>
+__global__ void __launch_bounds__(kThreads, 2) indexer_sm90_ragged_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
-  constexpr Shape kShape{kKeyWgs, kRowsPerWg, kStages};
+  constexpr Shape kShape = ragged_shape();
+  constexpr int kKeyWgs = kShape.key_wgs, kRowsPerWg = kShape.rows_per_wg, kStages = kShape.stages;
   constexpr int kSK = kShape.stage_keys();  // keys per stage
   constexpr int kRows = kShape.rows();      // query rows of the group
   constexpr int kN = kHeads * kRowsPerWg;   // wgmma N of a warpgroup
@@ -45,7 +44,7 @@ __global__ void __launch_bounds__(kThreads, kRowsPerWg <= 2 ? 2 : 1) indexer_sm9
   uint8_t* sK = sQ + kRows * kHeads * kDim;                             // [kStages][kSK keys][128 B] SW128
   float* sScale = reinterpret_cast<float*>(sK + kStages * kSK * kDim);  // [kStages][kSK]
   float* sW = sScale + kStages * kSK;                                   // [kRows][64] weights (q_scale folded in)
-  uint8_t* sOk = reinterpret_cast<uint8_t*>(sW + kRows * kHeads);       // [kStages][kSK] key read (page valid)
+  uint8_t* sOk = reinterpret_cast<uint8_t*>(sW + kRows * kHeads);       // [kStages][kSK] key read (inside the union)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7;
   const int64_t group = int64_t(blockIdx.x) / p.col_blocks;
@@ -58,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, kRowsPerWg <= 2 ? 2 : 1) indexer_sm9
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
     int64_t lo, hi;
-    row_window<kPaged, kRows>(p, group, t, lo, hi);
+    row_window<false, kRows>(p, group, t, lo, hi);
     if (lo < hi) umin = min(umin, lo), umax = max(umax, hi);
   }
   // Stages [first, end) of the CTA's columns meet the union; the columns of the others are only -inf.
@@ -97,37 +96,24 @@ __global__ void __launch_bounds__(kThreads, kRowsPerWg <= 2 ? 2 : 1) indexer_sm9
   }
 
   // Issues the copies of stage `tile` (CTA-relative) into ring slot `slot`; keys outside the union window
-  // or on an invalid page are zero-filled and flagged.
+  // are zero-filled and flagged.
   auto load_tile = [&](int tile, int slot) {
     const int64_t cbase = c0 + int64_t(tile) * kSK;
     const uint32_t dst = ptx::smem_addr(sK) + slot * kSK * kDim;
-    if constexpr (kVec16) {
 #pragma unroll
-      for (int i = 0; i < kSK * 8 / kThreads; ++i) {
-        const int ch = tid + i * kThreads, key = ch >> 3, c = ch & 7;
-        const int64_t col = cbase + key;
-        const uint8_t* src = p.q;
-        const float* unused;
-        const bool ok = col >= umin && col < umax && locate_key<kPaged>(p, group, col, src, unused);
-        ptx::cp_async_16(dst + sm90::sw128_offset(key, c), ok ? src + c * 16 : p.q, ok ? 16 : 0);
-      }
-    } else {
-#pragma unroll 4
-      for (int i = 0; i < kSK * 32 / kThreads; ++i) {
-        const int wd = tid + i * kThreads, key = wd >> 5, word = wd & 31;
-        const int64_t col = cbase + key;
-        const uint8_t* src = p.q;
-        const float* unused;
-        const bool ok = col >= umin && col < umax && locate_key<kPaged>(p, group, col, src, unused);
-        ptx::cp_async_4(dst + sm90::sw128_offset(key, word >> 2) + (word & 3) * 4, ok ? src + word * 4 : p.q,
-                        ok ? 4 : 0);
-      }
+    for (int i = 0; i < kSK * 8 / kThreads; ++i) {
+      const int ch = tid + i * kThreads, key = ch >> 3, c = ch & 7;
+      const int64_t col = cbase + key;
+      const uint8_t* src = p.q;
+      const float* unused;
+      const bool ok = col >= umin && col < umax && locate_key<false>(p, group, col, src, unused);
+      ptx::cp_async_16(dst + sm90::sw128_offset(key, c), ok ? src + c * 16 : p.q, ok ? 16 : 0);
     }
     if (tid < kSK) {
       const int64_t col = cbase + tid;
       const uint8_t* unused = nullptr;
       const float* src = p.w;
-      const bool ok = col >= umin && col < umax && locate_key<kPaged>(p, group, col, unused, src);
+      const bool ok = col >= umin && col < umax && locate_key<false>(p, group, col, unused, src);
       ptx::cp_async_4(ptx::smem_addr(sScale + slot * kSK + tid), ok ? src : p.w, ok ? 4 : 0);
       sOk[slot * kSK + tid] = ok;
     }
@@ -146,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, kRowsPerWg <= 2 ? 2 : 1) indexer_sm9
   const int key_l = kw * kWgKeys + (warp & 3) * 16 + g;  // this thread's keys in a stage: key_l, key_l + 8
   int64_t lo[kRowsPerWg], hi[kRowsPerWg];
 #pragma unroll
-  for (int t = 0; t < kRowsPerWg; ++t) row_window<kPaged, kRows>(p, group, rw * kRowsPerWg + t, lo[t], hi[t]);
+  for (int t = 0; t < kRowsPerWg; ++t) row_window<false, kRows>(p, group, rw * kRowsPerWg + t, lo[t], hi[t]);
 
   float acc[kN / 2];
 #pragma unroll

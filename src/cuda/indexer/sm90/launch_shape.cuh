@@ -7,11 +7,10 @@
 
 namespace attnserve::cuda::indexer90 {
 
-template <int kKeyWgs, int kRowsPerWg, int kStages, bool kPaged, bool kQScale, bool kVec16>
-void launch_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  constexpr Shape shape{kKeyWgs, kRowsPerWg, kStages};
-  auto* kernel = indexer_sm90_kernel<kKeyWgs, kRowsPerWg, kStages, kPaged, kQScale, kVec16>;
-  const std::size_t smem = smem_bytes(shape);
+template <bool kQScale>
+void launch_ragged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
+  auto* kernel = indexer_sm90_ragged_kernel<kQScale>;
+  const std::size_t smem = smem_bytes(ragged_shape());
   static const bool attr_set = [&] {
     ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
@@ -19,19 +18,6 @@ void launch_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
   (void)attr_set;
   kernel<<<dim3(unsigned(plan.ctas())), dim3(kThreads), smem, s>>>(p);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
-}
-
-template <int kNextN, bool kQScale>
-void launch_paged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  constexpr Shape shape = paged_shape(kNextN);
-  if (plan.key_vec16) launch_kernel<shape.key_wgs, shape.rows_per_wg, shape.stages, true, kQScale, true>(p, plan, s);
-  else launch_kernel<shape.key_wgs, shape.rows_per_wg, shape.stages, true, kQScale, false>(p, plan, s);
-}
-
-template <bool kQScale>
-void launch_ragged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  constexpr Shape shape = ragged_shape();
-  launch_kernel<shape.key_wgs, shape.rows_per_wg, shape.stages, false, kQScale, true>(p, plan, s);
 }
 
 template <int kRows, bool kPaged, bool kQScale, bool kVec16>

@@ -8,12 +8,11 @@
 
 namespace attnserve::cuda::indexer90 {
 
-// Paged, next_n kNextN (1..4): 16-byte key copies when plan.key_vec16, else 4-byte ones.
-template <int kNextN, bool kQScale>
-void launch_paged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
+// The session-4 kernel (kernel.cuh): ragged.
 template <bool kQScale>
 void launch_ragged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
-// The warp-specialized kernel (ws_kernel.cuh), the same forms.
+// The warp-specialized kernel (ws_kernel.cuh): paged next_n kNextN (1..4; 16-byte key copies when
+// plan.key_vec16, else 4-byte ones), and ragged.
 template <int kNextN, bool kQScale>
 void launch_ws_paged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
 template <bool kQScale>

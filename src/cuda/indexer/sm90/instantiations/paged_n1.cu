@@ -1,9 +1,7 @@
-// The Hopper indexer, paged next_n 1 (both kernels; 16- and 4-byte key copies, with and without q_scale).
+// The Hopper indexer, paged next_n 1 (the ws kernel; 16- and 4-byte key copies, with and without q_scale).
 #include "cuda/indexer/sm90/launch_shape.cuh"
 
 namespace attnserve::cuda::indexer90 {
-template void launch_paged<1, false>(const Params&, const indexer::Plan&, cudaStream_t);
-template void launch_paged<1, true>(const Params&, const indexer::Plan&, cudaStream_t);
 template void launch_ws_paged<1, false>(const Params&, const indexer::Plan&, cudaStream_t);
 template void launch_ws_paged<1, true>(const Params&, const indexer::Plan&, cudaStream_t);
 }  // namespace attnserve::cuda::indexer90
