@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attnserve/ops.h"
@@ -433,7 +435,8 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   char note[96];
   if (cfg.sm90())
     std::snprintf(note, sizeof note, "[sm90 wgmma %s]",
-                  cfg.sm90() == 4   ? "ping-pong eager"
+                  cfg.sm90() == 6   ? "ping-pong poly"
+                  : cfg.sm90() == 4 ? "ping-pong eager"
                   : cfg.sm90() == 3 ? "ping-pong"
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
@@ -508,6 +511,75 @@ void bench_prefill_fp8(const std::string& name, int b, int s, int h_q, int h_kv,
   const double flops = 4.0 * pairs * h_q * d;
   const double bytes = 2.0 * b * double(ctx) * h_kv * d + double(total_q) * h_q * d * 3;
   report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]");
+}
+
+// The SM clock right now: one thread spins ~200 us on one SM, counting its clocks (clock64) against
+// the global nanosecond timer; the ratio is the clock in MHz. Launched between timed rounds, it reads
+// the clock the power/thermal controller left (it reacts in milliseconds, the rounds last ~50 ms).
+__global__ void clock_probe_kernel(double* mhz) {
+  uint64_t t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  while (t1 - t0 < 200000);
+  const long long c1 = clock64();
+  *mhz = double(c1 - c0) * 1e3 / double(t1 - t0);
+}
+
+double sm_clock_mhz() {
+  static double* dev = [] {
+    double* p = nullptr;
+    CK(cudaMalloc(&p, sizeof(double)));  // kept for the process's life
+    return p;
+  }();
+  clock_probe_kernel<<<1, 1>>>(dev);
+  double mhz = 0;
+  CK(cudaMemcpy(&mhz, dev, sizeof mhz, cudaMemcpyDeviceToHost));
+  return mhz;
+}
+
+// The in-run drift (session 5's final check: the first prefill case 573 TFLOP/s, its repeat 20 cases
+// later 531): the bf16 ping-pong at b1 x 8K causal 32/8 page 16 on ONE allocation, `rounds` rounds of
+// 40 launches (median per round) back to back, then `rest_ms` of idle GPU, then `rounds` more, then a
+// fresh allocation of the same shape for 5 rounds. Each line: seconds since the first round, the
+// round's median, TFLOP/s and the SM clock probed right after the round. Flat clocks with falling
+// TFLOP/s would point at the kernel or the memory; clocks that fall with it, at power or heat.
+void bench_drift(const std::string& name, int rounds, int rest_ms, cuda::attn::Tuning tune) {
+  if (!selected(name)) return;
+  const int b = 1, s = 8192, h_q = 32, h_kv = 8, d = 128;
+  const double flops = 2.0 * double(b) * (double(s) * (s + 1) / 2.0) * h_q * (2 * d);
+  const auto t_start = std::chrono::steady_clock::now();
+  auto secs = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  auto run_rounds = [&](Paged& p, const char* phase, int n) {
+    auto args = [&](int set) {
+      PagedAttentionArgs a = paged_args(p, set, false);
+      a.causal = true;
+      return a;
+    };
+    const auto cfg = cuda::attn::select(args(0), cuda::attn::current_device_caps(), tune);
+    p.ws = Buffer(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
+    for (int r = 0; r < n; ++r) {
+      const double t = secs();
+      const double us = median_us(
+          [&](int i) {
+            cuda::attn::run(args(i % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, tune);
+          },
+          1, 40);
+      std::printf("%s %-8s round %2d  t %6.3f s  %8.1f us %7.1f TFLOP/s  SM %5.0f MHz  [%s]\n", name.c_str(), phase, r,
+                  t, us, flops / us * 1e-6, sm_clock_mhz(), cuda::attn::kernel_name(cfg.kernel));
+      std::fflush(stdout);
+    }
+  };
+  std::printf("%s idle     SM %5.0f MHz before the first round\n", name.c_str(), sm_clock_mhz());
+  {
+    Paged p = make_paged(b, h_q, h_kv, d, 16, s, s, true, 99, 1, false, 0);
+    run_rounds(p, "hot", rounds);
+    std::this_thread::sleep_for(std::chrono::milliseconds(rest_ms));
+    std::printf("%s rested   SM %5.0f MHz after %d ms idle\n", name.c_str(), sm_clock_mhz(), rest_ms);
+    run_rounds(p, "rested", rounds);
+  }
+  Paged fresh = make_paged(b, h_q, h_kv, d, 16, s, s, true, 7, 1, false, 0);
+  run_rounds(fresh, "fresh", 5);
 }
 
 // fp8: an FP8-656 cache (656 bytes per token), its tokens quantized by set_mla_kv_buffer from random bf16.
@@ -878,6 +950,31 @@ int main(int argc, char** argv) try {
     bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8);
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab bf16-sm90pp", 1, 8192, 32, 8, 128, 0, pp);
   }
+  // Session 6 A/B: a quarter of the softmax's exponents on the FMA pipe (tile_math.cuh ex2_fma) against
+  // MUFU alone, bf16 ping-pong (sm90 3 / 6) and FP8 (8 / 9), in A B B A order so that a drift inside the
+  // run (see "drift") shows as a difference between the two A's; names start "poly".
+  {
+    const cuda::attn::Tuning pp{.sm90 = 3}, ppp{.sm90 = 6}, f8{.sm90 = 8}, f8p{.sm90 = 9}, f8h{.sm90 = 10};
+    const std::string p8 = "poly prefill b1 s8K hq32 hkv8 d128 causal", ex = "poly extend b8 prefix4K +1K hq32 hkv8";
+    bench_prefill(p8 + " bf16 A mufu", 1, 8192, 32, 8, 128, 0, pp);
+    bench_prefill(p8 + " bf16 B poly", 1, 8192, 32, 8, 128, 0, ppp);
+    bench_prefill(p8 + " bf16 B poly", 1, 8192, 32, 8, 128, 0, ppp);
+    bench_prefill(p8 + " bf16 A mufu", 1, 8192, 32, 8, 128, 0, pp);
+    bench_prefill_fp8(p8 + " fp8 A mufu", 1, 8192, 32, 8, 128, 0, f8);
+    bench_prefill_fp8(p8 + " fp8 B poly", 1, 8192, 32, 8, 128, 0, f8p);
+    bench_prefill_fp8(p8 + " fp8 B poly", 1, 8192, 32, 8, 128, 0, f8p);
+    bench_prefill_fp8(p8 + " fp8 A mufu", 1, 8192, 32, 8, 128, 0, f8);
+    bench_prefill_fp8(p8 + " fp8 C poly-half", 1, 8192, 32, 8, 128, 0, f8h);
+    bench_prefill_fp8(p8 + " fp8 A mufu", 1, 8192, 32, 8, 128, 0, f8);
+    bench_prefill(ex + " bf16 A mufu", 8, 1024, 32, 8, 128, 4096, pp);
+    bench_prefill(ex + " bf16 B poly", 8, 1024, 32, 8, 128, 4096, ppp);
+    bench_prefill_fp8(ex + " fp8 B poly", 8, 1024, 32, 8, 128, 4096, f8p);
+    bench_prefill_fp8(ex + " fp8 A mufu", 8, 1024, 32, 8, 128, 4096, f8);
+    bench_prefill_fp8("poly prefill b1 s16K hq64 hkv8 d128 causal fp8 B poly", 1, 16384, 64, 8, 128, 0, f8p);
+    bench_prefill_fp8("poly prefill b1 s16K hq64 hkv8 d128 causal fp8 A mufu", 1, 16384, 64, 8, 128, 0, f8);
+  }
+  // The in-run drift, measured (names start "drift"; 12 rounds hot, 2 s idle, 12 rounds, 5 fresh).
+  bench_drift("drift pp b1x8K", 12, 2000, cuda::attn::Tuning{.sm90 = 3});
   // The ping-pong kernel on the other shapes of ../shared/ANCHORS.md and on d 64, page 64, page 1,
   // and a repeat of the first case for the spread inside the run.
   {

@@ -23,16 +23,11 @@
 #include <type_traits>
 
 #include "config.h"
+#include "cta.cuh"
 #include "cuda/common/sm90/sync.cuh"
 #include "tile_math.cuh"
 
 namespace attnserve::cuda::attn90 {
-
-// Shared memory rounded up to the 1024-byte swizzle atom (descriptor base offset 0).
-__device__ __forceinline__ char* smem_base() {
-  extern __shared__ char smem_raw[];
-  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-}
 
 template <typename T, int D, int DV>
 __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Params p) {
@@ -76,17 +71,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
 #endif
 }
 
-// PINGPONG: kPingPong (LAZY) or kPingPongEager (!LAZY); else kWarpSpecialized (LAZY).
-template <typename T, int D, int DV, bool PINGPONG, bool LAZY>
+// PINGPONG: kPingPong (LAZY), kPingPongEager (!LAZY) or kPingPongPoly (LAZY, POLY 4); else
+// kWarpSpecialized (LAZY). POLY: Consumer's share of exponents on the FMA pipe (tile_math.cuh).
+template <typename T, int D, int DV, bool PINGPONG, bool LAZY, int POLY = 0>
 __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   using Tr = Traits<D, DV>;
   constexpr int kStagesWs = Tr::kStagesWs;
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // The warpgroup as a value the compiler knows is warp-uniform (a shuffle from lane 0): it then
-  // keeps the warpgroup's Q descriptor in uniform registers instead of moving it there per wgmma.
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int wg = warpgroup_index();  // warp-uniform: the Q descriptor stays in uniform registers
   Block b;
   if (!b.init(p, Tr::kN)) return;  // uniform over the CTA
   char* sQ = smem;
@@ -130,7 +124,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
 
   sm90::setmaxnreg_inc<kConsumerRegs>();
   const int w = wg - 1;  // consumer warpgroup: rows 64 w ..
-  Consumer<T, D, DV, LAZY> c;
+  Consumer<T, D, DV, LAZY, POLY> c;
   c.init(p, b, w, warp & 3, lane);
   const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t(w * 64 * 128);
   if constexpr (!PINGPONG) {
@@ -217,16 +211,18 @@ template <typename T, int D, int DV>
 void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
   if (is_ws(variant)) {
-    // kPingPongEager where it is not instantiated (the plan never picks it there): kPingPong's kernel.
+    // The A/B variants where they are not instantiated (the plan never picks them there): kPingPong's kernel.
     constexpr bool kEagerLazy = !variant_built(D, DV, kPingPongEager);
+    constexpr int kPoly = variant_built(D, DV, kPingPongPoly) ? 4 : 0;
     auto kernel = variant == kPingPong        ? attention_sm90_ws_kernel<T, D, DV, true, true>
                   : variant == kPingPongEager ? attention_sm90_ws_kernel<T, D, DV, true, kEagerLazy>
+                  : variant == kPingPongPoly  ? attention_sm90_ws_kernel<T, D, DV, true, true, kPoly>
                                               : attention_sm90_ws_kernel<T, D, DV, false, true>;
     const int smem = int(smem_bytes(D, DV, variant));
     static const bool configured = [&] {
       for (auto k :
            {attention_sm90_ws_kernel<T, D, DV, true, true>, attention_sm90_ws_kernel<T, D, DV, true, kEagerLazy>,
-            attention_sm90_ws_kernel<T, D, DV, false, true>})
+            attention_sm90_ws_kernel<T, D, DV, true, true, kPoly>, attention_sm90_ws_kernel<T, D, DV, false, true>})
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       return true;
     }();
