@@ -435,8 +435,7 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
   char note[96];
   if (cfg.sm90())
     std::snprintf(note, sizeof note, "[sm90 wgmma %s]",
-                  cfg.sm90() == 6   ? "ping-pong poly"
-                  : cfg.sm90() == 4 ? "ping-pong eager"
+                  cfg.sm90() == 4   ? "ping-pong eager"
                   : cfg.sm90() == 3 ? "ping-pong"
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
@@ -544,8 +543,10 @@ double sm_clock_mhz() {
 // fresh allocation of the same shape for 5 rounds. Each line: seconds since the first round, the
 // round's median, TFLOP/s and the SM clock probed right after the round. Flat clocks with falling
 // TFLOP/s would point at the kernel or the memory; clocks that fall with it, at power or heat.
+// Runs only when a filter names it (`bench_attention drift`): its 2 s idle would reset the clock
+// state of the cases after it in a full run.
 void bench_drift(const std::string& name, int rounds, int rest_ms, cuda::attn::Tuning tune) {
-  if (!selected(name)) return;
+  if (g_filter.empty() || !selected(name)) return;
   const int b = 1, s = 8192, h_q = 32, h_kv = 8, d = 128;
   const double flops = 2.0 * double(b) * (double(s) * (s + 1) / 2.0) * h_q * (2 * d);
   const auto t_start = std::chrono::steady_clock::now();
@@ -950,30 +951,7 @@ int main(int argc, char** argv) try {
     bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8);
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab bf16-sm90pp", 1, 8192, 32, 8, 128, 0, pp);
   }
-  // Session 6 A/B: a quarter of the softmax's exponents on the FMA pipe (tile_math.cuh ex2_fma) against
-  // MUFU alone, bf16 ping-pong (sm90 3 / 6) and FP8 (8 / 9), in A B B A order so that a drift inside the
-  // run (see "drift") shows as a difference between the two A's; names start "poly".
-  {
-    const cuda::attn::Tuning pp{.sm90 = 3}, ppp{.sm90 = 6}, f8{.sm90 = 8}, f8p{.sm90 = 9}, f8h{.sm90 = 10};
-    const std::string p8 = "poly prefill b1 s8K hq32 hkv8 d128 causal", ex = "poly extend b8 prefix4K +1K hq32 hkv8";
-    bench_prefill(p8 + " bf16 A mufu", 1, 8192, 32, 8, 128, 0, pp);
-    bench_prefill(p8 + " bf16 B poly", 1, 8192, 32, 8, 128, 0, ppp);
-    bench_prefill(p8 + " bf16 B poly", 1, 8192, 32, 8, 128, 0, ppp);
-    bench_prefill(p8 + " bf16 A mufu", 1, 8192, 32, 8, 128, 0, pp);
-    bench_prefill_fp8(p8 + " fp8 A mufu", 1, 8192, 32, 8, 128, 0, f8);
-    bench_prefill_fp8(p8 + " fp8 B poly", 1, 8192, 32, 8, 128, 0, f8p);
-    bench_prefill_fp8(p8 + " fp8 B poly", 1, 8192, 32, 8, 128, 0, f8p);
-    bench_prefill_fp8(p8 + " fp8 A mufu", 1, 8192, 32, 8, 128, 0, f8);
-    bench_prefill_fp8(p8 + " fp8 C poly-half", 1, 8192, 32, 8, 128, 0, f8h);
-    bench_prefill_fp8(p8 + " fp8 A mufu", 1, 8192, 32, 8, 128, 0, f8);
-    bench_prefill(ex + " bf16 A mufu", 8, 1024, 32, 8, 128, 4096, pp);
-    bench_prefill(ex + " bf16 B poly", 8, 1024, 32, 8, 128, 4096, ppp);
-    bench_prefill_fp8(ex + " fp8 B poly", 8, 1024, 32, 8, 128, 4096, f8p);
-    bench_prefill_fp8(ex + " fp8 A mufu", 8, 1024, 32, 8, 128, 4096, f8);
-    bench_prefill_fp8("poly prefill b1 s16K hq64 hkv8 d128 causal fp8 B poly", 1, 16384, 64, 8, 128, 0, f8p);
-    bench_prefill_fp8("poly prefill b1 s16K hq64 hkv8 d128 causal fp8 A mufu", 1, 16384, 64, 8, 128, 0, f8);
-  }
-  // The in-run drift, measured (names start "drift"; 12 rounds hot, 2 s idle, 12 rounds, 5 fresh).
+  // The in-run drift, measured (`bench_attention drift` only; 12 rounds hot, 2 s idle, 12 rounds, 5 fresh).
   bench_drift("drift pp b1x8K", 12, 2000, cuda::attn::Tuning{.sm90 = 3});
   // The ping-pong kernel on the other shapes of ../shared/ANCHORS.md and on d 64, page 64, page 1,
   // and a repeat of the first case for the spread inside the run.

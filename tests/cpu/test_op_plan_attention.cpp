@@ -115,25 +115,6 @@ TEST(OpPlanAttention, HopperNeedsItsHeadDimsDtypesAndNoDescale) {
   EXPECT_EQ(cuda::attn::make_plan(wide_stride, kH200, {}, kWithSm90).kernel, Kernel::sm80);
 }
 
-// The session-6 A/B variants (a quarter of the softmax's exponents on the FMA pipe): forced only,
-// bf16 at d 64 / 128 (Tuning::sm90 = 6) and FP8 (9: a quarter, 10: half); auto keeps kPingPong / sm90_fp8.
-TEST(OpPlanAttention, PolyExponentVariantsAreForcedOnly) {
-  for (int d : {64, 128}) {
-    const Plan p = cuda::attn::make_plan(problem(1, 4096, 4096, d), kH200, {.sm90 = 6}, kWithSm90);
-    EXPECT_EQ(p.kernel, Kernel::sm90_ping_pong_poly) << d;
-    EXPECT_EQ(p.smem, cuda::attn90::smem_bytes(d, d, cuda::attn90::kPingPong)) << d;
-    EXPECT_STREQ(cuda::attn::kernel_name(p.kernel), "sm90_ping_pong_poly");
-  }
-  EXPECT_EQ(cuda::attn::make_plan(problem(1, 4096, 4096, 256, DType::bf16, 256), kH200, {.sm90 = 6}, kWithSm90).kernel,
-            Kernel::sm80);  // not instantiated at d 256
-  Problem fp8 = problem(1, 4096, 4096, 128, DType::fp8_e4m3);
-  fp8.dtype = DType::fp8_e4m3;
-  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, {}, kWithSm90).kernel, Kernel::sm90_fp8);
-  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, {.sm90 = 9}, kWithSm90).kernel, Kernel::sm90_fp8_poly);
-  EXPECT_STREQ(cuda::attn::kernel_name(Kernel::sm90_fp8_poly), "sm90_fp8_poly");
-  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, {.sm90 = 10}, kWithSm90).kernel, Kernel::sm90_fp8_poly_half);
-}
-
 TEST(OpPlanAttention, PrefillThatUnderfillsTheGpuSplitsOnThePortableKernel) {
   // 1 request x 64 rows: 8 kv heads x 4 m-blocks = 32 CTAs on 32 SMs x 2 slots: split, so no Hopper kernel.
   const Plan p = cuda::attn::make_plan(problem(1, 64, 32768), kSmallSm90, {}, kWithSm90);

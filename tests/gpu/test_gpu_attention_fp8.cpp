@@ -194,9 +194,7 @@ void check_fp8(const Fp8Spec& fs, std::mt19937_64& g,
   for (const auto& [sm90, expect_kernel] : kernels) {
     SCOPED_TRACE(std::string("Tuning::sm90 = ") + std::to_string(sm90) + ", expected kernel " +
                  cuda::attn::kernel_name(expect_kernel));
-    const bool hopper = expect_kernel == cuda::attn::Kernel::sm90_fp8 ||
-                        expect_kernel == cuda::attn::Kernel::sm90_fp8_poly ||
-                        expect_kernel == cuda::attn::Kernel::sm90_fp8_poly_half;
+    const bool hopper = expect_kernel == cuda::attn::Kernel::sm90_fp8;
     const double tol = hopper ? 2 * std::max(ref.err_model, ref.err_f32) + unit_roundoff(s.dtype)
                               : tolerance_by_rule(ref.err_f32, s.dtype);
     const double tol_lse = 2 * ref.err_f32_lse + (hopper ? 1.0 / 4096 : 1e-5);
@@ -230,15 +228,9 @@ void check_fp8(const Fp8Spec& fs, std::mt19937_64& g,
   }
 }
 
-// Each spec through the FP8 Hopper kernel (forced), its FMA-pipe-exponent A/B variants (a quarter or
-// half of the softmax's exponents from a polynomial: sm90_fp8_poly, _poly_half) and the portable
-// kernel with an fp8 q.
+// Each spec through the FP8 Hopper kernel (forced) and the portable kernel with an fp8 q.
 void check_both(const Fp8Spec& fs, std::mt19937_64& g) {
-  check_fp8(fs, g,
-            {{8, cuda::attn::Kernel::sm90_fp8},
-             {9, cuda::attn::Kernel::sm90_fp8_poly},
-             {10, cuda::attn::Kernel::sm90_fp8_poly_half},
-             {0, cuda::attn::Kernel::sm80}});
+  check_fp8(fs, g, {{8, cuda::attn::Kernel::sm90_fp8}, {0, cuda::attn::Kernel::sm80}});
 }
 
 Fp8Spec prefill(int len, int h_q, int h_kv, int page) {

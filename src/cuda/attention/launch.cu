@@ -128,14 +128,8 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
   switch (c.kernel) {
     case Kernel::sm80: launch_sm80(p, c, b, s); break;
     case Kernel::sm90_fp8:
-    case Kernel::sm90_fp8_poly:
-    case Kernel::sm90_fp8_poly_half:
 #ifdef ATTNSERVE_HAVE_SM90
-      attn90::launch_paged_attention_fp8(p, a.out.dtype, d,
-                                         c.kernel == Kernel::sm90_fp8_poly        ? 4
-                                         : c.kernel == Kernel::sm90_fp8_poly_half ? 2
-                                                                                  : 0,
-                                         c.m_blocks, b, s);
+      attn90::launch_paged_attention_fp8(p, a.out.dtype, d, c.m_blocks, b, s);
       ATTNSERVE_CUDA_CHECK_LAUNCH();
       return;
 #else
@@ -145,7 +139,6 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
     case Kernel::sm90_warp_specialized:
     case Kernel::sm90_ping_pong:
     case Kernel::sm90_ping_pong_eager:
-    case Kernel::sm90_ping_pong_poly:
 #ifdef ATTNSERVE_HAVE_SM90
       attn90::launch_paged_attention(p, a.q.dtype, d, d_v, c.sm90(), c.m_blocks, b, s);
       ATTNSERVE_CUDA_CHECK_LAUNCH();

@@ -52,10 +52,7 @@ const char* kernel_name(Kernel k) {
     case Kernel::sm90_warp_specialized: return "sm90_warp_specialized";
     case Kernel::sm90_ping_pong: return "sm90_ping_pong";
     case Kernel::sm90_ping_pong_eager: return "sm90_ping_pong_eager";
-    case Kernel::sm90_ping_pong_poly: return "sm90_ping_pong_poly";
     case Kernel::sm90_fp8: return "sm90_fp8";
-    case Kernel::sm90_fp8_poly: return "sm90_fp8_poly";
-    case Kernel::sm90_fp8_poly_half: return "sm90_fp8_poly_half";
   }
   return "?";
 }
@@ -175,16 +172,12 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
   // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..4
   // forces one.
-  const bool forced_variant =
-      (tune.sm90 >= attn90::kCoop && tune.sm90 <= attn90::kPingPongEager) || tune.sm90 == attn90::kPingPongPoly;
-  const int variant = forced_variant ? tune.sm90 : attn90::kPingPong;
+  const int variant = tune.sm90 >= attn90::kCoop && tune.sm90 <= attn90::kPingPongEager ? tune.sm90 : attn90::kPingPong;
   const bool want90 =
       tune.sm90 > 0 || (tune.sm90 < 0 && sm90_env_allowed() && !tuned && c.mt == 4 && c.num_splits == 1);
   if (want90 && p.dtype == DType::fp8_e4m3) {
     if (sm90_fp8_supports(p, caps, targets)) {
-      c.kernel = tune.sm90 == int(Kernel::sm90_fp8_poly)        ? Kernel::sm90_fp8_poly
-                 : tune.sm90 == int(Kernel::sm90_fp8_poly_half) ? Kernel::sm90_fp8_poly_half
-                                                                : Kernel::sm90_fp8;
+      c.kernel = Kernel::sm90_fp8;
       c.num_splits = 1;
       c.split_keys = 0;
       c.m_blocks = ceil_div(rows_max, attn90::kRows);

@@ -39,10 +39,7 @@ enum class Kernel : int {
   sm90_warp_specialized = 2,
   sm90_ping_pong = 3,
   sm90_ping_pong_eager = 4,  // the session-3 ping-pong, an A/B baseline (forced only)
-  sm90_ping_pong_poly = 6,   // the ping-pong with a quarter of the exponents on the FMA pipe (A/B, forced only)
   sm90_fp8 = 8,              // Hopper FP8 ping-pong: q, K, V fp8_e4m3 on FP8 wgmma (sm90/fp8_config.h)
-  sm90_fp8_poly = 9,         // the same with a quarter of the exponents on the FMA pipe (A/B, forced only)
-  sm90_fp8_poly_half = 10,   // ... with half of them on the FMA pipe (A/B, forced only)
 };
 const char* kernel_name(Kernel k);
 
@@ -71,10 +68,8 @@ struct Tuning {
   int page_shifts = -1;  // -1: default (on), 0 off (integer division), 1 on; power-of-two pages only
   // Hopper kernel: -1 auto (prefill/extend shapes on sm_90 when built, unless the environment sets
   // ATTNSERVE_ATTN_SM90=0), 0 never (portable kernel); 1 (kCoop), 2 (kWarpSpecialized) or
-  // 3 (kPingPong), 4 (kPingPongEager, the A/B baseline) or 6 (kPingPongPoly, A/B): that Hopper kernel
-  // whenever it supports the call. An fp8 q runs the FP8 Hopper kernel (8) whenever a Hopper kernel
-  // is wanted (> 0 or auto); 9 and 10 run its FMA-pipe-exponent A/B variants (sm90_fp8_poly: a
-  // quarter of the exponents, sm90_fp8_poly_half: half).
+  // 3 (kPingPong) or 4 (kPingPongEager, the A/B baseline): that Hopper kernel whenever it supports
+  // the call. An fp8 q runs the FP8 Hopper kernel (8) whenever a Hopper kernel is wanted (> 0 or auto).
   int sm90 = -1;
   int page_runs = -1;  // portable kernel: -1 default (on), 0 off (one page-table entry per row), 1 on
   int ctas = 0;        // portable kernel: 0 default; 2 or 3 CTAs per SM (3: MT = 1, d <= 128, 2 stages)

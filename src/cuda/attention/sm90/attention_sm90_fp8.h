@@ -9,9 +9,8 @@
 namespace attnserve::cuda::attn90 {
 
 // Launches grid (m_blocks, h_kv, batch) of 128-row CTAs: q, K, V fp8_e4m3, out_dtype bf16 or f16,
-// d in fp8_config.h's Fp8HeadDims; poly: 0, or the A/B variants with every 4th (Kernel::sm90_fp8_poly)
-// or every 2nd (sm90_fp8_poly_half) group of the softmax's exponents on the FMA pipe (tile_math.cuh).
-void launch_paged_attention_fp8(const attn::Params& p, DType out_dtype, int d, int poly, int m_blocks, int batch,
+// d in fp8_config.h's Fp8HeadDims.
+void launch_paged_attention_fp8(const attn::Params& p, DType out_dtype, int d, int m_blocks, int batch,
                                 cudaStream_t stream);
 
 }  // namespace attnserve::cuda::attn90

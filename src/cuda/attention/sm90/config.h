@@ -28,10 +28,7 @@ using HeadDims = HeadDimList<HeadDimPair<64, 64>, HeadDimPair<96, 96>, HeadDimPa
 //              the rare rescale runs under S(t + 1), before P V(t) is issued.
 //   kPingPongEager (4, bench/test A/B only, never chosen): the session-3 ping-pong (exact running
 //              max, O rescaled after every tile on the path to the next block).
-//   kPingPongPoly (6, bench/test A/B only, never chosen): kPingPong with a quarter of the softmax's
-//              exponents computed on the FMA pipe (tile_math.cuh ex2_fma) instead of MUFU.
-//   (5 was the unmerged persistent ping-pong, branch s4-prefill-persistent-unmeasured.)
-enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3, kPingPongEager = 4, kPingPongPoly = 6 };
+enum Variant : int { kCoop = 1, kWarpSpecialized = 2, kPingPong = 3, kPingPongEager = 4 };
 
 constexpr int kThreads = 256;
 constexpr int kThreadsWs = 384;
@@ -64,12 +61,12 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kWsEntryRegs * kThrea
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
 constexpr bool is_ws(int variant) {
-  return variant == kWarpSpecialized || variant == kPingPong || variant == kPingPongEager || variant == kPingPongPoly;
+  return variant == kWarpSpecialized || variant == kPingPong || variant == kPingPongEager;
 }
 constexpr int stages_of(int d, int d_v, int variant) { return is_ws(variant) ? ws_stages(d, d_v) : kStages; }
-// kPingPongEager and kPingPongPoly (A/B variants) are instantiated at d 64 and 128 only.
+// kPingPongEager (an A/B baseline) is instantiated at d 64 and 128 only.
 constexpr bool variant_built(int d, int d_v, int variant) {
-  return (variant != kPingPongEager && variant != kPingPongPoly) || (d == d_v && (d == 64 || d == 128));
+  return variant != kPingPongEager || (d == d_v && (d == 64 || d == 128));
 }
 
 // Q tile (panels(d) x kRows x 128 B) + stages x {K (panels(d)), V (panels(d_v))} tiles of

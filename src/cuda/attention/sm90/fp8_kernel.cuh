@@ -23,8 +23,7 @@
 
 namespace attnserve::cuda::attn90 {
 
-// POLY: Consumer's share of exponents on the FMA pipe (tile_math.cuh; 0 = all on MUFU).
-template <typename TO, int POLY>
+template <typename TO>
 __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_fp8_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   constexpr int S = kFp8Stages, kTile = Fp8Loader::kTileBytes;
@@ -90,18 +89,18 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_fp8_kernel(const
 
   sm90::setmaxnreg_inc<kConsumerRegs>();
   const int w = wg - 1;  // consumer warpgroup: rows 64 w ..
-  Fp8Consumer<TO, POLY> c;
+  Fp8Consumer<TO> c;
   c.init(p, b, w, warp & 3, lane);
   const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t(w * 64 * 128);
   if (n > 0) {
     // Turns as kernel.cuh's kPingPong: named barrier 1 + w is warpgroup w's; warpgroup 1 grants the
     // first and skips its last hand-over. Blocks 0 and n peeled (no wgmma under a condition: C7520).
     float s[64];
-    uint32_t pa[Fp8Consumer<TO, POLY>::kSteps][4];
+    uint32_t pa[Fp8Consumer<TO>::kSteps][4];
     float al0, al1;
     auto pin = [&] {
 #pragma unroll
-      for (int kk = 0; kk < Fp8Consumer<TO, POLY>::kSteps; ++kk) sm90::fence_regs(pa[kk]);
+      for (int kk = 0; kk < Fp8Consumer<TO>::kSteps; ++kk) sm90::fence_regs(pa[kk]);
       sm90::fence_regs(c.o);
     };
     if (w == 1) sm90::named_arrive(1, 256);
@@ -158,20 +157,15 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_fp8_kernel(const
 }
 
 template <typename TO>
-void launch_fp8(const Params& p, int poly, int m_blocks, int batch, cudaStream_t stream) {
+void launch_fp8(const Params& p, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
   const std::size_t smem = fp8_smem_bytes(128);
   static const bool configured = [&] {
-    for (auto k :
-         {attention_sm90_fp8_kernel<TO, 0>, attention_sm90_fp8_kernel<TO, 4>, attention_sm90_fp8_kernel<TO, 2>})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    cudaFuncSetAttribute(attention_sm90_fp8_kernel<TO>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     return true;
   }();
   (void)configured;
-  auto kernel = poly == 4   ? attention_sm90_fp8_kernel<TO, 4>
-                : poly == 2 ? attention_sm90_fp8_kernel<TO, 2>
-                            : attention_sm90_fp8_kernel<TO, 0>;
-  kernel<<<grid, kThreadsWs, smem, stream>>>(p);
+  attention_sm90_fp8_kernel<TO><<<grid, kThreadsWs, smem, stream>>>(p);
 }
 
 }  // namespace attnserve::cuda::attn90

@@ -22,10 +22,9 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float
 
 // TO: the output type (bf16 / f16). The softmax state, the scores' mask/softcap and the store are the
 // bf16 kernel's Consumer<TO, 128, 128> (its O accumulator layout is the same for FP8 wgmma).
-// POLY: the share of exponents on the FMA pipe (Consumer, tile_math.cuh).
-template <typename TO, int POLY = 0>
-struct Fp8Consumer : Consumer<TO, 128, 128, true, POLY> {
-  using Base = Consumer<TO, 128, 128, true, POLY>;
+template <typename TO>
+struct Fp8Consumer : Consumer<TO, 128, 128, true> {
+  using Base = Consumer<TO, 128, 128, true>;
   static constexpr int kSteps = 4;  // k32 steps over d (S) and over the tile's keys (P V)
   float v_scale;
 

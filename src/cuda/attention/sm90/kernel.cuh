@@ -71,9 +71,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
 #endif
 }
 
-// PINGPONG: kPingPong (LAZY), kPingPongEager (!LAZY) or kPingPongPoly (LAZY, POLY 4); else
-// kWarpSpecialized (LAZY). POLY: Consumer's share of exponents on the FMA pipe (tile_math.cuh).
-template <typename T, int D, int DV, bool PINGPONG, bool LAZY, int POLY = 0>
+// PINGPONG: kPingPong (LAZY) or kPingPongEager (!LAZY); else kWarpSpecialized (LAZY).
+template <typename T, int D, int DV, bool PINGPONG, bool LAZY>
 __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   using Tr = Traits<D, DV>;
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
 
   sm90::setmaxnreg_inc<kConsumerRegs>();
   const int w = wg - 1;  // consumer warpgroup: rows 64 w ..
-  Consumer<T, D, DV, LAZY, POLY> c;
+  Consumer<T, D, DV, LAZY> c;
   c.init(p, b, w, warp & 3, lane);
   const uint32_t sQa = ptx::smem_addr(sQ) + uint32_t(w * 64 * 128);
   if constexpr (!PINGPONG) {
@@ -211,18 +210,16 @@ template <typename T, int D, int DV>
 void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
   if (is_ws(variant)) {
-    // The A/B variants where they are not instantiated (the plan never picks them there): kPingPong's kernel.
+    // kPingPongEager where it is not instantiated (the plan never picks it there): kPingPong's kernel.
     constexpr bool kEagerLazy = !variant_built(D, DV, kPingPongEager);
-    constexpr int kPoly = variant_built(D, DV, kPingPongPoly) ? 4 : 0;
     auto kernel = variant == kPingPong        ? attention_sm90_ws_kernel<T, D, DV, true, true>
                   : variant == kPingPongEager ? attention_sm90_ws_kernel<T, D, DV, true, kEagerLazy>
-                  : variant == kPingPongPoly  ? attention_sm90_ws_kernel<T, D, DV, true, true, kPoly>
                                               : attention_sm90_ws_kernel<T, D, DV, false, true>;
     const int smem = int(smem_bytes(D, DV, variant));
     static const bool configured = [&] {
       for (auto k :
            {attention_sm90_ws_kernel<T, D, DV, true, true>, attention_sm90_ws_kernel<T, D, DV, true, kEagerLazy>,
-            attention_sm90_ws_kernel<T, D, DV, true, true, kPoly>, attention_sm90_ws_kernel<T, D, DV, false, true>})
+            attention_sm90_ws_kernel<T, D, DV, false, true>})
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       return true;
     }();

@@ -20,32 +20,11 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe (no MUFU), for x <= 127: Cody-Waite split x = j + f (j = round(x) by the
-// 1.5 * 2^23 trick, f in [-1/2, 1/2]), 2^f by a degree-3 polynomial fitted for relative error on that
-// interval (max 1.0e-4: far below the bf16 / e4m3 rounding of P), j added to the exponent field.
-// x is clamped at -126 first, so -inf (a masked score) gives a value <= 2^-126 instead of 0: against
-// a row's sum (>= 1 once it has seen a key: the stale max keeps its largest P >= 1) that is nothing,
-// and a row that saw no key at all keeps m = -inf, which store() treats as empty. The same idea as
-// FlashAttention-4's software exp2 (Blackwell, where MUFU limits); our coefficients and code.
-// 8 instructions in the SASS (FMNMX, 3 FADD, 3 FFMA, LEA for the shift-add), 6 of them FP32 on the FMA pipe.
-__device__ __forceinline__ float ex2_fma(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = x + 12582912.f;        // low mantissa bits of t = j (two's complement), t - 1.5 * 2^23 = j
-  const float f = x - (t - 12582912.f);  // exact (Sterbenz), in [-0.5, 0.5]
-  float q = fmaf(0.05518638f, f, 0.24261236f);
-  q = fmaf(q, f, 0.69325829f);
-  q = fmaf(q, f, 0.99992794f);  // 2^f in [0.707, 1.415]: biased exponent 126 or 127
-  return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));  // j << 23: the high bits of t drop out
-}
-
 // LAZY (the default): a stale running max. A row's max moves only when a tile's max exceeds it by
 // more than kRescaleLog2 (base-2 units), so P <= 2^kRescaleLog2 and most tiles skip O's rescale
 // (exact: l, O and the LSE all use the same max; bf16/f16 P keep their relative precision). LAZY =
 // false is the session-3 softmax (the max moves on every tile), kept as the bench's A/B baseline.
-// POLY > 0: every POLY-th group of 4 scores (a column pair of both rows) takes its exponent from
-// ex2_fma() on the FMA pipe instead of MUFU.EX2 (POLY 4: a quarter of them), to relieve the XU, which
-// the two consumer warps of an SMSP share (64 MUFU per warp per tile, 8 clocks each).
-template <typename T, int D, int DV, bool LAZY = true, int POLY = 0>
+template <typename T, int D, int DV, bool LAZY = true>
 struct Consumer {
   using Tr = Traits<D, DV>;
   static constexpr int kN = Tr::kN;
@@ -179,17 +158,10 @@ struct Consumer {
     float p0 = 0.f, p0b = 0.f, p1 = 0.f, p1b = 0.f;
 #pragma unroll
     for (int i = 0; i < Tr::kSAcc; i += 4) {
-      if (POLY > 0 && (i / 4) % (POLY > 0 ? POLY : 1) == POLY - 1) {  // compile-time per i
-        s[i] = ex2_fma(fmaf(s[i], u, -ms0));
-        s[i + 1] = ex2_fma(fmaf(s[i + 1], u, -ms0));
-        s[i + 2] = ex2_fma(fmaf(s[i + 2], u, -ms1));
-        s[i + 3] = ex2_fma(fmaf(s[i + 3], u, -ms1));
-      } else {
-        s[i] = ex2(fmaf(s[i], u, -ms0));
-        s[i + 1] = ex2(fmaf(s[i + 1], u, -ms0));
-        s[i + 2] = ex2(fmaf(s[i + 2], u, -ms1));
-        s[i + 3] = ex2(fmaf(s[i + 3], u, -ms1));
-      }
+      s[i] = ex2(fmaf(s[i], u, -ms0));
+      s[i + 1] = ex2(fmaf(s[i + 1], u, -ms0));
+      s[i + 2] = ex2(fmaf(s[i + 2], u, -ms1));
+      s[i + 3] = ex2(fmaf(s[i + 3], u, -ms1));
       p0 += s[i];
       p0b += s[i + 1];
       p1 += s[i + 2];
@@ -269,9 +241,7 @@ struct Consumer {
     for (int half = 0; half < 2; ++half) {
       const int pr = b.row0 + (half ? rl1 : rl0);
       if (pr >= b.rows_total) continue;
-      // m = -inf: the row saw no key (its sum is 0, or ex2_fma's tiny values of masked scores).
-      const float mrow = half ? m1 : m0;
-      const float L = mrow == -INFINITY ? 0.f : (half ? l1 : l0), M = mrow * (cap ? 1.f : s_log2);  // base-2 units
+      const float L = half ? l1 : l0, M = (half ? m1 : m0) * (cap ? 1.f : s_log2);  // base-2 units
       const float sc = L > 0.f ? 1.f / L : 0.f;
       const int qr = pr / p.group, h = b.hk * p.group + (pr - qr * p.group);
       const int64_t tok = b.q_start + qr;
