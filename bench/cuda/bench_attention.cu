@@ -6,8 +6,9 @@
 // Ceilings measured in the same run: the device copy (bytes read + written) and the read-only
 // streaming reduction (2 GiB, no writes): decode reads, so the read figure is its physical bound.
 //
-// Usage: bench_attention [--quick] [filter-substring]
-// Prints one line per case: name, median us, GB/s (or TFLOP/s), % of the copy and read ceilings.
+// Usage: bench_attention [--quick] [--sustained] [filter-substring]
+// Prints one line per case: name, median us, GB/s (or TFLOP/s), % of the copy and read ceilings; the
+// prefill lines end with the SM clock probed right after their timed runs ("@ N MHz").
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ using namespace attnserve;
 namespace {
 
 bool g_quick = false;
+bool g_sustained = false;  // --sustained: time after >= 250 ms of load (median_us)
 std::string g_filter;
 double g_copy_gbs = 0;  // measured device-to-device copy (read + write), GB/s
 double g_read_gbs = 0;  // measured read-only streaming reduction, GB/s
@@ -136,11 +138,47 @@ struct Timer {
   }
 };
 
-// Median time in microseconds of fn(i) over `reps` timed runs after `warm` warm-ups.
+// The SM clock right now: one thread spins ~200 us on one SM, counting its clocks (clock64) against
+// the global nanosecond timer; the ratio is the clock in MHz. Launched between timed rounds, it reads
+// the clock the power/thermal controller left (it reacts in milliseconds, the rounds last ~50 ms).
+__global__ void clock_probe_kernel(double* mhz) {
+  uint64_t t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  while (t1 - t0 < 200000);
+  const long long c1 = clock64();
+  *mhz = double(c1 - c0) * 1e3 / double(t1 - t0);
+}
+
+double sm_clock_mhz() {
+  static double* dev = [] {
+    double* p = nullptr;
+    CK(cudaMalloc(&p, sizeof(double)));  // kept for the process's life
+    return p;
+  }();
+  clock_probe_kernel<<<1, 1>>>(dev);
+  double mhz = 0;
+  CK(cudaMemcpy(&mhz, dev, sizeof mhz, cudaMemcpyDeviceToHost));
+  return mhz;
+}
+
+// Median time in microseconds of fn(i) over `reps` timed runs after `warm` warm-ups. --sustained: the
+// warm-ups go on until the GPU has been busy with fn for >= 250 ms, so the timed runs see the clock the
+// SW power cap holds under sustained load (~1815 MHz on the H200 for the Hopper prefill kernels,
+// against 1980 in the first ~50 ms: bench/NOTES.md "Session 6").
 double median_us(const std::function<void(int)>& fn, int warm = 3, int reps = 30) {
   if (g_quick) reps = std::min(reps, 8);
   for (int i = 0; i < warm; ++i) fn(i);
   CK(cudaDeviceSynchronize());
+  if (g_sustained) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = warm; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(250); ++i) {
+      fn(i);
+      if (i % 4 == 0) CK(cudaDeviceSynchronize());  // keep the queue short so the loop measures busy time
+    }
+    CK(cudaDeviceSynchronize());
+  }
   Timer t;
   std::vector<double> v;
   for (int i = 0; i < reps; ++i) {
@@ -440,7 +478,9 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
-  report_flops(name, us, flops, bytes, note);
+  char clock[32];
+  std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
+  report_flops(name, us, flops, bytes, note + std::string(clock));
 }
 
 // Random e4m3 codes with exponents 4..8 (|x| in [0.125, 3.75]) and a random sign: finite, never zero
@@ -509,32 +549,9 @@ void bench_prefill_fp8(const std::string& name, int b, int s, int h_q, int h_kv,
   const double pairs = double(b) * (double(s) * prefix + double(s) * (s + 1) / 2.0);
   const double flops = 4.0 * pairs * h_q * d;
   const double bytes = 2.0 * b * double(ctx) * h_kv * d + double(total_q) * h_q * d * 3;
-  report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]");
-}
-
-// The SM clock right now: one thread spins ~200 us on one SM, counting its clocks (clock64) against
-// the global nanosecond timer; the ratio is the clock in MHz. Launched between timed rounds, it reads
-// the clock the power/thermal controller left (it reacts in milliseconds, the rounds last ~50 ms).
-__global__ void clock_probe_kernel(double* mhz) {
-  uint64_t t0, t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  const long long c0 = clock64();
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-  while (t1 - t0 < 200000);
-  const long long c1 = clock64();
-  *mhz = double(c1 - c0) * 1e3 / double(t1 - t0);
-}
-
-double sm_clock_mhz() {
-  static double* dev = [] {
-    double* p = nullptr;
-    CK(cudaMalloc(&p, sizeof(double)));  // kept for the process's life
-    return p;
-  }();
-  clock_probe_kernel<<<1, 1>>>(dev);
-  double mhz = 0;
-  CK(cudaMemcpy(&mhz, dev, sizeof mhz, cudaMemcpyDeviceToHost));
-  return mhz;
+  char clock[32];
+  std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
+  report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]" + clock);
 }
 
 // The in-run drift (session 5's final check: the first prefill case 573 TFLOP/s, its repeat 20 cases
@@ -715,6 +732,7 @@ void bench_store_mla(const std::string& name, int64_t n, bool fp8) {
 int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
+    else if (std::strcmp(argv[i], "--sustained") == 0) g_sustained = true;
     else g_filter = argv[i];
   }
   cudaDeviceProp prop{};
