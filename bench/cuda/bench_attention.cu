@@ -6,11 +6,13 @@
 // Ceilings measured in the same run: the device copy (bytes read + written) and the read-only
 // streaming reduction (2 GiB, no writes): decode reads, so the read figure is its physical bound.
 //
-// Usage: bench_attention [--quick] [filter-substring]
-// Prints one line per case: name, median us, GB/s (or TFLOP/s), % of the copy and read ceilings.
+// Usage: bench_attention [--quick] [--sustained] [filter-substring]
+// Prints one line per case: name, median us, GB/s (or TFLOP/s), % of the copy and read ceilings; the
+// prefill lines end with the SM clock probed right after their timed runs ("@ N MHz").
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -18,6 +20,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attnserve/ops.h"
@@ -38,6 +41,7 @@ using namespace attnserve;
 namespace {
 
 bool g_quick = false;
+bool g_sustained = false;  // --sustained: time after >= 250 ms of load (median_us)
 std::string g_filter;
 double g_copy_gbs = 0;  // measured device-to-device copy (read + write), GB/s
 double g_read_gbs = 0;  // measured read-only streaming reduction, GB/s
@@ -134,11 +138,47 @@ struct Timer {
   }
 };
 
-// Median time in microseconds of fn(i) over `reps` timed runs after `warm` warm-ups.
+// The SM clock right now: one thread spins ~200 us on one SM, counting its clocks (clock64) against
+// the global nanosecond timer; the ratio is the clock in MHz. Launched between timed rounds, it reads
+// the clock the power/thermal controller left (it reacts in milliseconds, the rounds last ~50 ms).
+__global__ void clock_probe_kernel(double* mhz) {
+  uint64_t t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  while (t1 - t0 < 200000);
+  const long long c1 = clock64();
+  *mhz = double(c1 - c0) * 1e3 / double(t1 - t0);
+}
+
+double sm_clock_mhz() {
+  static double* dev = [] {
+    double* p = nullptr;
+    CK(cudaMalloc(&p, sizeof(double)));  // kept for the process's life
+    return p;
+  }();
+  clock_probe_kernel<<<1, 1>>>(dev);
+  double mhz = 0;
+  CK(cudaMemcpy(&mhz, dev, sizeof mhz, cudaMemcpyDeviceToHost));
+  return mhz;
+}
+
+// Median time in microseconds of fn(i) over `reps` timed runs after `warm` warm-ups. --sustained: the
+// warm-ups go on until the GPU has been busy with fn for >= 250 ms, so the timed runs see the clock the
+// SW power cap holds under sustained load (~1815 MHz on the H200 for the Hopper prefill kernels,
+// against 1980 in the first ~50 ms: bench/NOTES.md "Session 6").
 double median_us(const std::function<void(int)>& fn, int warm = 3, int reps = 30) {
   if (g_quick) reps = std::min(reps, 8);
   for (int i = 0; i < warm; ++i) fn(i);
   CK(cudaDeviceSynchronize());
+  if (g_sustained) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = warm; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(250); ++i) {
+      fn(i);
+      if (i % 4 == 0) CK(cudaDeviceSynchronize());  // keep the queue short so the loop measures busy time
+    }
+    CK(cudaDeviceSynchronize());
+  }
   Timer t;
   std::vector<double> v;
   for (int i = 0; i < reps; ++i) {
@@ -438,7 +478,9 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
-  report_flops(name, us, flops, bytes, note);
+  char clock[32];
+  std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
+  report_flops(name, us, flops, bytes, note + std::string(clock));
 }
 
 // Random e4m3 codes with exponents 4..8 (|x| in [0.125, 3.75]) and a random sign: finite, never zero
@@ -507,7 +549,55 @@ void bench_prefill_fp8(const std::string& name, int b, int s, int h_q, int h_kv,
   const double pairs = double(b) * (double(s) * prefix + double(s) * (s + 1) / 2.0);
   const double flops = 4.0 * pairs * h_q * d;
   const double bytes = 2.0 * b * double(ctx) * h_kv * d + double(total_q) * h_q * d * 3;
-  report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]");
+  char clock[32];
+  std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
+  report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]" + clock);
+}
+
+// The in-run drift (session 5's final check: the first prefill case 573 TFLOP/s, its repeat 20 cases
+// later 531): the bf16 ping-pong at b1 x 8K causal 32/8 page 16 on ONE allocation, `rounds` rounds of
+// 40 launches (median per round) back to back, then `rest_ms` of idle GPU, then `rounds` more, then a
+// fresh allocation of the same shape for 5 rounds. Each line: seconds since the first round, the
+// round's median, TFLOP/s and the SM clock probed right after the round. Flat clocks with falling
+// TFLOP/s would point at the kernel or the memory; clocks that fall with it, at power or heat.
+// Runs only when a filter names it (`bench_attention drift`): its 2 s idle would reset the clock
+// state of the cases after it in a full run.
+void bench_drift(const std::string& name, int rounds, int rest_ms, cuda::attn::Tuning tune) {
+  if (g_filter.empty() || !selected(name)) return;
+  const int b = 1, s = 8192, h_q = 32, h_kv = 8, d = 128;
+  const double flops = 2.0 * double(b) * (double(s) * (s + 1) / 2.0) * h_q * (2 * d);
+  const auto t_start = std::chrono::steady_clock::now();
+  auto secs = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  auto run_rounds = [&](Paged& p, const char* phase, int n) {
+    auto args = [&](int set) {
+      PagedAttentionArgs a = paged_args(p, set, false);
+      a.causal = true;
+      return a;
+    };
+    const auto cfg = cuda::attn::select(args(0), cuda::attn::current_device_caps(), tune);
+    p.ws = Buffer(std::max<size_t>(cfg.ws_bytes, 256), Device::cuda());
+    for (int r = 0; r < n; ++r) {
+      const double t = secs();
+      const double us = median_us(
+          [&](int i) {
+            cuda::attn::run(args(i % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, tune);
+          },
+          1, 40);
+      std::printf("%s %-8s round %2d  t %6.3f s  %8.1f us %7.1f TFLOP/s  SM %5.0f MHz  [%s]\n", name.c_str(), phase, r,
+                  t, us, flops / us * 1e-6, sm_clock_mhz(), cuda::attn::kernel_name(cfg.kernel));
+      std::fflush(stdout);
+    }
+  };
+  std::printf("%s idle     SM %5.0f MHz before the first round\n", name.c_str(), sm_clock_mhz());
+  {
+    Paged p = make_paged(b, h_q, h_kv, d, 16, s, s, true, 99, 1, false, 0);
+    run_rounds(p, "hot", rounds);
+    std::this_thread::sleep_for(std::chrono::milliseconds(rest_ms));
+    std::printf("%s rested   SM %5.0f MHz after %d ms idle\n", name.c_str(), sm_clock_mhz(), rest_ms);
+    run_rounds(p, "rested", rounds);
+  }
+  Paged fresh = make_paged(b, h_q, h_kv, d, 16, s, s, true, 7, 1, false, 0);
+  run_rounds(fresh, "fresh", 5);
 }
 
 // fp8: an FP8-656 cache (656 bytes per token), its tokens quantized by set_mla_kv_buffer from random bf16.
@@ -642,6 +732,7 @@ void bench_store_mla(const std::string& name, int64_t n, bool fp8) {
 int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) g_quick = true;
+    else if (std::strcmp(argv[i], "--sustained") == 0) g_sustained = true;
     else g_filter = argv[i];
   }
   cudaDeviceProp prop{};
@@ -878,6 +969,8 @@ int main(int argc, char** argv) try {
     bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8);
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab bf16-sm90pp", 1, 8192, 32, 8, 128, 0, pp);
   }
+  // The in-run drift, measured (`bench_attention drift` only; 12 rounds hot, 2 s idle, 12 rounds, 5 fresh).
+  bench_drift("drift pp b1x8K", 12, 2000, cuda::attn::Tuning{.sm90 = 3});
   // The ping-pong kernel on the other shapes of ../shared/ANCHORS.md and on d 64, page 64, page 1,
   // and a repeat of the first case for the spread inside the run.
   {

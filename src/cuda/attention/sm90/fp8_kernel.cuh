@@ -16,6 +16,7 @@
 
 #include <type_traits>
 
+#include "cta.cuh"
 #include "cuda/common/sm90/sync.cuh"
 #include "fp8_config.h"
 #include "fp8_tile_math.cuh"
@@ -26,10 +27,9 @@ template <typename TO>
 __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_fp8_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   constexpr int S = kFp8Stages, kTile = Fp8Loader::kTileBytes;
-  extern __shared__ char smem_raw[];
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform to the compiler (kernel.cuh)
+  const int wg = warpgroup_index();
   Block b;
   if (!b.init(p)) return;            // uniform over the CTA
   char* sQ = smem;                   // [128 rows][128 B]

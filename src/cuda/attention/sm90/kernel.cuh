@@ -23,16 +23,11 @@
 #include <type_traits>
 
 #include "config.h"
+#include "cta.cuh"
 #include "cuda/common/sm90/sync.cuh"
 #include "tile_math.cuh"
 
 namespace attnserve::cuda::attn90 {
-
-// Shared memory rounded up to the 1024-byte swizzle atom (descriptor base offset 0).
-__device__ __forceinline__ char* smem_base() {
-  extern __shared__ char smem_raw[];
-  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-}
 
 template <typename T, int D, int DV>
 __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Params p) {
@@ -84,9 +79,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
   constexpr int kStagesWs = Tr::kStagesWs;
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // The warpgroup as a value the compiler knows is warp-uniform (a shuffle from lane 0): it then
-  // keeps the warpgroup's Q descriptor in uniform registers instead of moving it there per wgmma.
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int wg = warpgroup_index();  // warp-uniform: the Q descriptor stays in uniform registers
   Block b;
   if (!b.init(p, Tr::kN)) return;  // uniform over the CTA
   char* sQ = smem;
