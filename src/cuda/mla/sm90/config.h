@@ -38,6 +38,11 @@ constexpr std::size_t smem_bytes() {
   return kAlignSlack + std::size_t(kTileBytes) * (1 + kStages) + kPanelBytes + 2 * kRows * 4 + 2 * kStages * 8;
 }
 
+// The TMA producer (producer_tma.cuh) needs whole 64-key tiles on one page of a bf16 cache.
+constexpr bool tma_applies(long long page_size, bool fp8_cache) { return !fp8_cache && page_size % kTileKeys == 0; }
+// Whether the plan takes it by default where it applies (bench/NOTES.md "Session 6: ..." measured it).
+constexpr bool kTmaByDefault = true;
+
 // Whether this build carries the sm_90a kernel (CMake defines ATTNSERVE_HAVE_SM90).
 #ifdef ATTNSERVE_HAVE_SM90
 constexpr bool kBuilt = true;
