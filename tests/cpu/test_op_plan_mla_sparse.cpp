@@ -268,6 +268,8 @@ TEST(OpPlanSparseMla, SmallHeadKernel) {
   EXPECT_EQ(h16.ctas_per_sm, 2);
   EXPECT_LE(2 * (h16.smem + 1024), kH200.smem_per_block + 1024);
   EXPECT_EQ(h16.num_splits, 2);  // 256 CTAs on 264 slots
+  EXPECT_EQ(h16.small_variant, 0);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.small_variant = 1}, kWithSm90).small_variant, 1);
   EXPECT_LE(h16.smem, kH200.smem_per_block);
   const auto h32 = make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90);
   EXPECT_EQ(h32.head_block, 32);
