@@ -578,9 +578,9 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
   const double bytes = double(b) * ctx * row_bytes;  // cache bytes read (FP8: 656 per token)
   char note[96];
-  std::snprintf(note, sizeof note, "[%s%s hb %d splits %d stages %d] %.0f%% of copy", cuda::mla::kernel_name(cfg.kernel),
-                cfg.sm90_tma ? " tma" : "", cfg.rows_per_block, cfg.num_splits, cfg.stages,
-                100.0 * bytes / us * 1e-3 / g_copy_gbs);
+  std::snprintf(note, sizeof note, "[%s%s hb %d splits %d stages %d] %.0f%% of copy",
+                cuda::mla::kernel_name(cfg.kernel), cfg.sm90_tma ? " tma" : "", cfg.rows_per_block, cfg.num_splits,
+                cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
   report_flops(name, us, flops, bytes, note);
 }
 

@@ -1,6 +1,6 @@
 // Hopper CTA synchronization for warp-specialized kernels (sm_90a): shared-memory mbarriers
-// (init, arrive, cp.async / TMA arrivals, parity wait), named barriers, and setmaxnreg (move registers from a producer warpgroup to the
-// consumers; effective only with __launch_bounds__(threads, 1) and roles as one if/else).
+// (init, arrive, cp.async / TMA arrivals, parity wait), named barriers, and setmaxnreg (move registers from a producer
+// warpgroup to the consumers; effective only with __launch_bounds__(threads, 1) and roles as one if/else).
 #pragma once
 #include <cstdint>
 

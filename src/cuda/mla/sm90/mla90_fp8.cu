@@ -8,8 +8,8 @@ namespace attnserve::cuda::mla90 {
 
 void launch_mla_sm90_fp8(const mla::Params& p, int m_blocks, int batch, cudaStream_t stream) {
   static const bool configured = [] {  // once: the dynamic shared-memory limit
-    ATTNSERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(mla_sm90_kernel<Fill::kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
+    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(mla_sm90_kernel<Fill::kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(smem_bytes())));
     return true;
   }();
   (void)configured;
