@@ -60,7 +60,6 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
   if (tune.sm90 == 1) name += " hopper";
   if (tune.small == 1) name += " small";
   if (tune.small == 0) name += " no-small";
-  if (tune.small_variant >= 0) name += " variant " + std::to_string(tune.small_variant);
   if (deterministic) name += " deterministic";
   if (!wanted(name)) return;
   const int64_t row_bytes = fp8 ? 656 : 1152;
@@ -157,13 +156,6 @@ int main(int argc, char** argv) try {
       bench_case("sparse decode", rows, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads");
       bench_case("sparse decode", rows, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads", {}, true);
     }
-    // The small kernel's variant 1 (shorter dependency chains) against the default, at the same shapes.
-    for (int64_t rows : {128, 32, 64, 256})
-      for (int v : {0, 1})
-        bench_case("sparse decode", rows, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads",
-                   {.small_variant = v});
-    bench_case("sparse decode", 128, h, 2048, pool, true, peer, "FlashMLA padded to 64 heads",
-               {.stages = 4, .small_variant = 1});
   }
   // Where the small-head kernel's time goes: the same h_q 16 call over pools of 32K tokens (21 MB: L2-resident)
   // to 4M (2.7 GB). Session 5 found the per-tile time independent of ring depth and HBM load (NOTES.md);

@@ -107,9 +107,15 @@ TEST(OpPlanMla, HopperKernelOnSm90) {
   EXPECT_EQ(h16.rows_per_block, 64);
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 20, 8192), kH200, {}, kSm90Build).m_blocks, 1);  // 40 rows
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 4, 20, 8192), kH200, {}, kSm90Build).m_blocks, 2);  // 80 rows
-  // The bf16 producer: TMA boxes where a 64-key tile is one page's part (page_size % 64 == 0) by default
-  // (mla90::kTmaByDefault) or when asked; cp.async at other page sizes, on an FP8 cache, or sm90_tma = 0.
-  EXPECT_EQ(h128.sm90_tma, cuda::mla90::kTmaByDefault);
+  // The bf16 producer: TMA boxes where a 64-key tile is one page's part (page_size % 64 == 0), by default
+  // where a request spans >= 2 row blocks (h_q 128, or s_q 2 at h_q 64), or when asked; cp.async at other
+  // page sizes, on an FP8 cache, with one row block per request by default, or sm90_tma = 0.
+  EXPECT_TRUE(h128.sm90_tma);
+  EXPECT_TRUE(cuda::mla::make_plan(mla(64, 2, 64, 4096), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(h16.sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 64, 8192), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192, 16), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_TRUE(cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
   for (int page : {64, 128, 256})
     EXPECT_TRUE(cuda::mla::make_plan(mla(128, 1, 128, 8192, page), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
   for (int page : {1, 16, 32, 96})
@@ -279,8 +285,6 @@ TEST(OpPlanSparseMla, SmallHeadKernel) {
   EXPECT_EQ(h16.ctas_per_sm, 2);
   EXPECT_LE(2 * (h16.smem + 1024), kH200.smem_per_block + 1024);
   EXPECT_EQ(h16.num_splits, 2);  // 256 CTAs on 264 slots
-  EXPECT_EQ(h16.small_variant, 0);
-  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.small_variant = 1}, kWithSm90).small_variant, 1);
   EXPECT_LE(h16.smem, kH200.smem_per_block);
   const auto h32 = make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90);
   EXPECT_EQ(h32.head_block, 32);

@@ -35,23 +35,19 @@ bool small_runs(const SparseMlaProblem& p) {
     if (!small_runs(p)) GTEST_SKIP() << "the small-head sparse MLA kernel does not run here"; \
   } while (0)
 
-// The forced small-head kernel, both variants (0: as measured in session 5; 1: shorter dependency chains): auto
-// split count and forced ones (and ring depths).
+// The forced small-head kernel: auto split count and forced ones (and ring depths).
 void check_small(SparseMlaProblem& p, const std::string& what, std::initializer_list<int> splits = {0, 1, 3},
                  int stages = 0) {
   const SparseRefs refs = compute_refs(p);
-  for (int variant : {0, 1})
-    for (int s : splits) {
-      SCOPED_TRACE(what + " variant " + std::to_string(variant) +
-                   (s ? " forced splits " + std::to_string(s) : std::string(" auto splits")) +
-                   (stages ? " stages " + std::to_string(stages) : std::string()));
-      SparseTuning t = kSmall;
-      t.num_splits = s;
-      t.stages = stages;
-      t.small_variant = variant;
-      check_gpu(p, refs, t);
-      if (::testing::Test::HasFailure()) return;
-    }
+  for (int s : splits) {
+    SCOPED_TRACE(what + (s ? " forced splits " + std::to_string(s) : std::string(" auto splits")) +
+                 (stages ? " stages " + std::to_string(stages) : std::string()));
+    SparseTuning t = kSmall;
+    t.num_splits = s;
+    t.stages = stages;
+    check_gpu(p, refs, t);
+    if (::testing::Test::HasFailure()) return;
+  }
 }
 
 SparseMlaCase small_case(int64_t h_q) {

@@ -53,8 +53,9 @@ struct MlaTuning {
   // Hopper kernel: -1 auto (sm_90 device, sm_90a build, not deterministic, no portable field pinned),
   // 0 never, 1 whenever it supports the call.
   int sm90 = -1;
-  // Hopper kernel's producer on a bf16 cache: -1 auto (mla90::kTmaByDefault where TMA applies), 0 the
-  // cp.async ring, 1 TMA boxes where they apply (page_size % 64 == 0; any other call keeps cp.async).
+  // Hopper kernel's producer on a bf16 cache: -1 auto (TMA where it applies and the request's rows span
+  // >= mla90::kTmaMinRowBlocks blocks), 0 the cp.async ring, 1 TMA boxes where they apply (page_size % 64 == 0;
+  // any other call keeps cp.async).
   int sm90_tma = -1;
 };
 

@@ -121,7 +121,6 @@ Plan make_small_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune
     c.stages = tune.stages;
   c.smem = bytes(c.stages);
   c.ctas_per_sm = pair && c.smem <= two_ctas ? 2 : 1;
-  c.small_variant = tune.small_variant == 1 ? 1 : 0;
   const int tiles = int(std::max<int64_t>(1, ceil_div(p.topk, c.tile_keys)));
   // Deterministic: a split count of the top-k length alone (bits independent of the batch): one per CTA
   // slot of an SM, so a full batch still runs two CTAs per SM.

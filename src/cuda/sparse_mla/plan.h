@@ -41,12 +41,11 @@ struct Plan {
   Kernel kernel = Kernel::sm80_bf16;
   int head_block = 64;  // heads per CTA: 16, 32 or 64
   int head_blocks = 1;
-  int tile_keys = 32;     // keys per pipeline stage: 32 (sm80) or 64 (sm90)
-  int stages = 2;         // tiles in flight per CTA
-  int ctas_per_sm = 1;    // what the shared memory (and the register cap of HB 16) allow
-  int num_splits = 1;     // CTAs per (row, head block); > 1: partial states in the workspace + combine
-  int split_tiles = 1;    // tiles (of tile_keys) per split
-  int small_variant = 0;  // sm90_fp8_small: 0 the kernel measured in session 5, 1 shorter dependency chains
+  int tile_keys = 32;   // keys per pipeline stage: 32 (sm80) or 64 (sm90)
+  int stages = 2;       // tiles in flight per CTA
+  int ctas_per_sm = 1;  // what the shared memory (and the register cap of HB 16) allow
+  int num_splits = 1;   // CTAs per (row, head block); > 1: partial states in the workspace + combine
+  int split_tiles = 1;  // tiles (of tile_keys) per split
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
 };
@@ -57,13 +56,11 @@ using SparseMlaConfig = Plan;  // the name tests and benchmarks knew
 // sm90: -1 auto, 0 never (portable kernel), 1 the Hopper kernel wherever it can run the call.
 // small: the small-head FP8 kernel (sm90_fp8_small): -1 auto (FP8 cache, h_q <= 32, sm90 auto), 0 never,
 // 1 wherever it can run (FP8 cache, h_q <= 32, sm_90 device and build); it wins over `sm90`.
-// small_variant: the small-head kernel's variant (Plan::small_variant); -1 the plan's choice (0).
 struct SparseMlaTuning {
   int num_splits = 0;
   int stages = 0;
   int sm90 = -1;
   int small = -1;
-  int small_variant = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.

@@ -77,11 +77,11 @@ __device__ __forceinline__ float fast_rcp(float x) {
 
 // HB 16 is capped at 128 registers so that two CTAs share an SM (2-stage rings: the plan's choice for HB 16;
 // measured, the ring depth did not change the time, NOTES.md); HB 32 keeps one CTA per SM.
-// kShortChains (variant 1, NOT YET RUN ON A GPU): the time per tile is each warp's chain of dependent instructions
-// (NOTES.md, session 5 second step), so (a) the QK^T k-steps accumulate into two chains (even / odd k-steps, summed
-// at the end) instead of one chain of 8 dependent HMMAs, and (b) the ring and id slots of the tiles are counters
-// instead of run-time `t % S` / `t % 2S` (5 integer divisions per tile, at the head of the chain).
-template <int MT, bool kShortChains>  // m-tiles of 16 heads
+// The time per tile is each warp's chain of dependent instructions (NOTES.md, session 5 second step), so (a) the
+// QK^T k-steps accumulate into two chains (even / odd k-steps, summed at the end) instead of one chain of 8
+// dependent HMMAs, and (b) the ring and id slots of the tiles are counters instead of run-time `t % S` / `t % 2S`
+// (5 integer divisions per tile, at the head of the chain): 5-8 % faster than one chain (NOTES.md, session 6).
+template <int MT>  // m-tiles of 16 heads
 __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
     small_heads_fp8_kernel(const sparse_mla_op::Params p) {
   using namespace small_detail;
@@ -205,21 +205,14 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
   float ref[4] = {FLT_MIN, FLT_MIN, FLT_MIN, FLT_MIN};  // R_b: O is kept in units of R_b
   const int blk = warp >> 1;                            // P V: this warp's latent block
 
-  int ring_slot = 0, id_slot = 0;  // t % S, t % 2S (kShortChains: counters)
+  int ring_slot = 0, id_slot = 0;  // t % S, t % 2S, as counters
   for (int t = 0; t < num_tiles; ++t) {
-    if constexpr (!kShortChains) ring_slot = t % S, id_slot = t % (2 * S);
     ptx::cp_async_wait_dyn(S - 2);  // tile t landed (this thread's part)
     __syncthreads();                // B1: everyone's part; the slot of tile t - 1 is free
-    if constexpr (kShortChains) {
-      const int issue_ids = id_slot + S - 1 >= 2 * S ? id_slot - S - 1 : id_slot + S - 1;   // (t + S - 1) % 2S
-      if (t + S - 1 < num_tiles) issue(ring_slot == 0 ? S - 1 : ring_slot - 1, issue_ids);  // ring: (t - 1) % S
-      ptx::cp_async_commit();
-      load_ids(t + S, id_slot >= S ? id_slot - S : id_slot + S);  // (t + S) % 2S
-    } else {
-      if (t + S - 1 < num_tiles) issue((t + S - 1) % S, (t + S - 1) % (2 * S));
-      ptx::cp_async_commit();
-      load_ids(t + S, (t + S) % (2 * S));
-    }
+    const int issue_ids = id_slot + S - 1 >= 2 * S ? id_slot - S - 1 : id_slot + S - 1;   // (t + S - 1) % 2S
+    if (t + S - 1 < num_tiles) issue(ring_slot == 0 ? S - 1 : ring_slot - 1, issue_ids);  // ring: (t - 1) % S
+    ptx::cp_async_commit();
+    load_ids(t + S, id_slot >= S ? id_slot - S : id_slot + S);  // (t + S) % 2S
     const uint8_t* tile = ring + std::size_t(ring_slot) * kSmallStageBytes;
     const int* ids = sIds + id_slot * kSmallTileKeys;
 
@@ -232,7 +225,7 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
       const uint4 w1 = *reinterpret_cast<const uint4*>(kp + 128 * dg + 32 * tig + 16);
       const uint2 wr = *reinterpret_cast<const uint2*>(kp + 528 + 2 * rope_dim);
       const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-      constexpr int kChains = kShortChains ? 2 : 1;  // independent HMMA accumulators per m-tile
+      constexpr int kChains = 2;  // independent HMMA accumulators per m-tile (even / odd k-steps)
       float an[MT][4], ar[MT][4], an2[MT][kChains][4];
 #pragma unroll
       for (int m = 0; m < MT; ++m)
@@ -246,17 +239,12 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
       for (int kk = 0; kk < 8; ++kk) {
         const uint32_t b0 = f16x2_of_e4m3_lo(w[kk]), b1 = f16x2_of_e4m3_hi(w[kk]);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if constexpr (kShortChains) ptx::mma_16816<__half>(an2[m][kk & 1], qn[m][kk], b0, b1);
-          else ptx::mma_16816<__half>(an[m], qn[m][kk], b0, b1);
-        }
+        for (int m = 0; m < MT; ++m) ptx::mma_16816<__half>(an2[m][kk & 1], qn[m][kk], b0, b1);
       }
-      if constexpr (kShortChains) {
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) an[m][i] = an2[m][0][i] + an2[m][1][i];
-      }
+        for (int i = 0; i < 4; ++i) an[m][i] = an2[m][0][i] + an2[m][1][i];
 #pragma unroll
       for (int m = 0; m < MT; ++m) ptx::mma_16816<__nv_bfloat16>(ar[m], qr[m], wr.x, wr.y);
       // The C fragment's keys kb + 2 tig + {0, 1}: their scale of block dg.
@@ -384,10 +372,8 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
         }
       }
     }
-    if constexpr (kShortChains) {
-      ring_slot = ring_slot + 1 == S ? 0 : ring_slot + 1;
-      id_slot = id_slot + 1 == 2 * S ? 0 : id_slot + 1;
-    }
+    ring_slot = ring_slot + 1 == S ? 0 : ring_slot + 1;
+    id_slot = id_slot + 1 == 2 * S ? 0 : id_slot + 1;
   }
   ptx::cp_async_wait<0>();
 
@@ -454,9 +440,9 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
     }
 }
 
-template <int MT, bool kShortChains>
+template <int MT>
 void launch_small_block(const sparse_mla_op::Params& p, std::size_t smem_bytes, cudaStream_t stream) {
-  auto* kernel = small_heads_fp8_kernel<MT, kShortChains>;
+  auto* kernel = small_heads_fp8_kernel<MT>;
   ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
   // All of L1 as shared memory: two HB 16 CTAs (2 x 111 KB) share an SM only in the largest carveout.
   ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,

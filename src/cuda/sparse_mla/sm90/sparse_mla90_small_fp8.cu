@@ -4,13 +4,9 @@
 
 namespace attnserve::cuda::sparse_mla90 {
 
-void launch_fp8_small(const sparse_mla_op::Params& p, int head_block, int variant, std::size_t smem_bytes,
-                      cudaStream_t stream) {
-  const bool done = SmallHeadBlocks::dispatch(head_block, [&](auto hb) {
-    constexpr int kMt = decltype(hb)::value / 16;
-    if (variant == 1) launch_small_block<kMt, true>(p, smem_bytes, stream);
-    else launch_small_block<kMt, false>(p, smem_bytes, stream);
-  });
+void launch_fp8_small(const sparse_mla_op::Params& p, int head_block, std::size_t smem_bytes, cudaStream_t stream) {
+  const bool done = SmallHeadBlocks::dispatch(
+      head_block, [&](auto hb) { launch_small_block<decltype(hb)::value / 16>(p, smem_bytes, stream); });
   ATTNSERVE_CHECK(done, "sparse_mla (sm90 small heads): no kernel for a head block of ", head_block);
 }
 

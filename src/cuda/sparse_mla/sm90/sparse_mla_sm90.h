@@ -15,8 +15,6 @@ void launch_bf16(const sparse_mla_op::Params& p, cudaStream_t stream);  // bf16 
 void launch_fp8(const sparse_mla_op::Params& p, cudaStream_t stream);   // FP8-656 cache
 // Small head counts over the FP8-656 cache (small_heads.cuh): grid (rows x head_blocks, num_splits) of
 // 16- or 32-head CTAs; p.split_tiles counts 64-key tiles, p.stages is the ring depth.
-// variant: 0 the kernel measured in session 5, 1 shorter dependency chains (small_heads.cuh, not yet run on a GPU).
-void launch_fp8_small(const sparse_mla_op::Params& p, int head_block, int variant, std::size_t smem_bytes,
-                      cudaStream_t stream);
+void launch_fp8_small(const sparse_mla_op::Params& p, int head_block, std::size_t smem_bytes, cudaStream_t stream);
 
 }  // namespace attnserve::cuda::sparse_mla90
