@@ -668,8 +668,9 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
   const double bytes = double(b) * ctx * row_bytes;  // cache bytes read (FP8: 656 per token)
   char note[96];
-  std::snprintf(note, sizeof note, "[%s hb %d splits %d stages %d] %.0f%% of copy", cuda::mla::kernel_name(cfg.kernel),
-                cfg.rows_per_block, cfg.num_splits, cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
+  std::snprintf(note, sizeof note, "[%s%s hb %d splits %d stages %d] %.0f%% of copy",
+                cuda::mla::kernel_name(cfg.kernel), cfg.sm90_tma ? " tma" : "", cfg.rows_per_block, cfg.num_splits,
+                cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
   report_flops(name, us, flops, bytes, note);
 }
 
@@ -927,6 +928,19 @@ int main(int argc, char** argv) try {
     bench_mla("mla ab decode b128 hq16 8K page64" + v, 128, 16, 8192, 64, 1, t);
     bench_mla("mla ab decode b128 hq32 8K page64" + v, 128, 32, 8192, 64, 1, t);
   }
+  // A/B within the run: the Hopper kernel's bf16 producers (cp.async ring / TMA boxes), two rounds each.
+  for (int round : {1, 2})
+    for (int tma : {0, 1}) {
+      cuda::mla::MlaTuning t;
+      t.sm90 = 1;
+      t.sm90_tma = tma;
+      const std::string v = std::string(tma ? " tma" : " cp.async") + " r" + std::to_string(round);
+      bench_mla("mla producer decode b128 hq128 8K page64" + v, 128, 128, 8192, 64, 1, t);
+      bench_mla("mla producer decode b64 hq128 sq2 4K page64" + v, 64, 128, 4096, 64, 2, t);
+      bench_mla("mla producer decode b16 hq128 32K page64" + v, 16, 128, 32768, 64, 1, t);
+      bench_mla("mla producer decode b128 hq64 8K page64" + v, 128, 64, 8192, 64, 1, t);
+      bench_mla("mla producer decode b128 hq16 8K page64" + v, 128, 16, 8192, 64, 1, t);
+    }
   if (!g_quick) {  // A/B within the run: pipeline depth at h_q 16, row block at h_q 128, a repeat for spread
     for (int st : {3, 4})
       bench_mla("mla sweep decode b128 hq16 8K page64 stages" + std::to_string(st), 128, 16, 8192, 64, 1,

@@ -77,6 +77,8 @@ TEST(OpPlanMla, DeterministicSplitsByKeysOnly) {
   EXPECT_EQ(cuda::mla::make_plan(p, kH200, {}, kPortableBuild).num_splits, c.num_splits);
 }
 
+cuda::mla::Problem mla_fp8(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64);
+
 TEST(OpPlanMla, HopperKernelOnSm90) {
   using cuda::mla::Kernel;
   // b128 x 8K, h_q 128: two 64-row blocks per request, 256 CTAs on 132 SMs: no split.
@@ -105,6 +107,21 @@ TEST(OpPlanMla, HopperKernelOnSm90) {
   EXPECT_EQ(h16.rows_per_block, 64);
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 2, 20, 8192), kH200, {}, kSm90Build).m_blocks, 1);  // 40 rows
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 4, 20, 8192), kH200, {}, kSm90Build).m_blocks, 2);  // 80 rows
+  // The bf16 producer: TMA boxes where a 64-key tile is one page's part (page_size % 64 == 0), by default
+  // where a request spans >= 2 row blocks (h_q 128, or s_q 2 at h_q 64), or when asked; cp.async at other
+  // page sizes, on an FP8 cache, with one row block per request by default, or sm90_tma = 0.
+  EXPECT_TRUE(h128.sm90_tma);
+  EXPECT_TRUE(cuda::mla::make_plan(mla(64, 2, 64, 4096), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(h16.sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 64, 8192), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192, 16), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_TRUE(cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
+  for (int page : {64, 128, 256})
+    EXPECT_TRUE(cuda::mla::make_plan(mla(128, 1, 128, 8192, page), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
+  for (int page : {1, 16, 32, 96})
+    EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192, page), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.sm90_tma = 0}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
   // Forced splits apply to it; pinned portable fields and sm90 = 0 keep the portable kernel.
   EXPECT_EQ(cuda::mla::make_plan(mla(2, 1, 128, 1000), kH200, {.num_splits = 3, .sm90 = 1}, kSm90Build).num_splits, 3);
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 32}, kSm90Build).kernel,
@@ -132,7 +149,7 @@ TEST(OpPlanMla, HopperKernelNeedsItsBuildDeviceAndNondeterminism) {
 
 // FP8-656 cache (u8 rows of 656 bytes): the Hopper kernel with the bf16 kernel's shared memory (raw tokens
 // staged in the bf16 stage); the portable kernel's ring of raw tiles plus one bf16 tile; deterministic as bf16.
-cuda::mla::Problem mla_fp8(int64_t b, int q_len, int h_q, int64_t ctx, int page = 64) {
+cuda::mla::Problem mla_fp8(int64_t b, int q_len, int h_q, int64_t ctx, int page) {
   cuda::mla::Problem p = mla(b, q_len, h_q, ctx, page);
   p.kv_dtype = DType::u8;
   p.d_kv = 656;

@@ -1,6 +1,6 @@
 // Hopper CTA synchronization for warp-specialized kernels (sm_90a): shared-memory mbarriers
-// (init, arrive, parity wait), named barriers, and setmaxnreg (move registers from a producer warpgroup to the
-// consumers; effective only with __launch_bounds__(threads, 1) and roles as one if/else).
+// (init, arrive, cp.async / TMA arrivals, parity wait), named barriers, and setmaxnreg (move registers from a producer
+// warpgroup to the consumers; effective only with __launch_bounds__(threads, 1) and roles as one if/else).
 #pragma once
 #include <cstdint>
 
@@ -18,6 +18,16 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // .noinc: the arrival counts against the barrier's expected count, as mbar_arrive does).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// As cp_async_mbar_arrive, but the barrier's pending count is raised by one first, so the arrival does not
+// count against the expected count: the phase also needs its expected arrivals (e.g. one thread's
+// mbar_arrive after every such arrival was issued).
+__device__ __forceinline__ void cp_async_mbar_arrive_inc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrive and expect `bytes` more of asynchronous copies (TMA complete_tx) in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 // True once the phase of parity `parity` has completed (acquire semantics).
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity) {

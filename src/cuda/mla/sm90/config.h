@@ -38,6 +38,13 @@ constexpr std::size_t smem_bytes() {
   return kAlignSlack + std::size_t(kTileBytes) * (1 + kStages) + kPanelBytes + 2 * kRows * 4 + 2 * kStages * 8;
 }
 
+// The TMA producer (producer_tma.cuh) needs whole 64-key tiles on one page of a bf16 cache.
+constexpr bool tma_applies(long long page_size, bool fp8_cache) { return !fp8_cache && page_size % kTileKeys == 0; }
+// The plan takes it by default where it applies and a request's packed rows span at least this many 64-row
+// blocks, i.e. where two or more CTAs read each tile (measured: b128 x 8K h_q 128 +11-14 %, b64 s_q 2 and
+// b16 x 32K h_q 128 +9-13 %; with one block per request, h_q 16 / 64, 1-3 % slower: bench/NOTES.md "Session 6").
+constexpr int kTmaMinRowBlocks = 2;
+
 // Whether this build carries the sm_90a kernel (CMake defines ATTNSERVE_HAVE_SM90).
 #ifdef ATTNSERVE_HAVE_SM90
 constexpr bool kBuilt = true;

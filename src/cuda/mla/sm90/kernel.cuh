@@ -5,7 +5,8 @@
 // head of the request in the block shares each K byte the CTA reads. Three warpgroups:
 //   WG 0 (producer, setmaxnreg down): Q once, then K tiles of 64 keys x 576 gathered per token
 //        through the page table by cp.async into 9 SW128 panels (any page size), a 2-stage ring with
-//        full / empty mbarriers (its cp.async.mbarrier.arrive fires when its copies land).
+//        full / empty mbarriers (its cp.async.mbarrier.arrive fires when its copies land); or, Fill:
+//        whole tiles by nine TMA boxes (producer_tma.cuh), or an FP8-656 cache (producer_fp8.cuh).
 //   WG 1 (softmax): S[64 x 64] = Q K^T (36 k-steps of m64n64k16 SS), online softmax in base 2 in
 //        registers, P -> bf16 to shared memory (one SW128 panel) with each row's rescale factor,
 //        then O[:, 0:256) += P V by m64n256k16 SS (P from shared memory).
@@ -17,6 +18,7 @@
 // Semantics of the portable kernel and the CPU oracle: a row with no visible key writes 0 and
 // lse = -inf; split s writes its normalized partial O and LSE for the combine (merge kernel).
 #pragma once
+#include <cuda.h>  // CUtensorMap (Fill::kTma)
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -28,7 +30,8 @@
 #include "cuda/common/sm90/sync.cuh"
 #include "cuda/common/sm90/wgmma.cuh"
 #include "cuda/mla/params.h"
-#include "producer_fp8.cuh"  // the FP8-656 cache's producer (kFp8)
+#include "producer_fp8.cuh"  // the FP8-656 cache's producer (Fill::kFp8)
+#include "producer_tma.cuh"  // the bf16 cache by TMA boxes (Fill::kTma)
 
 namespace attnserve::cuda::mla90 {
 
@@ -419,9 +422,17 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
 
 #endif  // ATTNSERVE_SM90_DEVICE
 
-// kFp8: an FP8-656 cache, dequantized by the producer into the same bf16 stages (producer_fp8.cuh).
-template <bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p) {
+// How the producer fills the stages (the consumers are the same for all three):
+//   kCpAsync  bf16 cache, 16-byte cp.async per (key, panel chunk) through the page table (any page size)
+//   kTma      bf16 cache, whole tiles on one page by nine TMA boxes of kv_map, other tiles as kCpAsync
+//   kFp8      FP8-656 cache, dequantized by the producer into the same bf16 stages (producer_fp8.cuh)
+enum class Fill : int { kCpAsync, kTma, kFp8 };
+
+// kv_map (kTma only, ignored otherwise): the cache as [num_pages * page_size][576] bf16, 64 x 64 boxes,
+// 128-byte swizzle (mla90_bf16.cu).
+template <Fill kFill>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_sm90_kernel(const Params p, const __grid_constant__ CUtensorMap kv_map) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -437,7 +448,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p) {
   sm.bars = ptx::smem_addr(sm.inv + kRows);
   if (tid == 0)
     for (int s = 0; s < kStages; ++s) {
-      sm90::mbar_init(sm.full(s), 128);   // every producer thread, when its copies of the tile land
+      // every producer thread, when its copies of the tile land (kTma: thread 0, see producer_tma.cuh)
+      sm90::mbar_init(sm.full(s), kFill == Fill::kTma ? 1 : 128);
       sm90::mbar_init(sm.empty(s), 256);  // every consumer thread, after its wgmmas read the tile
     }
   __syncthreads();
@@ -446,8 +458,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p) {
     // tile 0's arrival.
     sm90::setmaxnreg_dec<kProducerRegs>();
     const Producer ld{tid & 7, tid >> 3};
-    if constexpr (kFp8) {
+    if constexpr (kFill == Fill::kFp8) {
       produce_fp8(p, b, sm, ld, tid);
+    } else if constexpr (kFill == Fill::kTma) {
+      produce_tma(p, b, sm, ld, tid, &kv_map);
     } else {
       if (b.n_tiles > 0) ld.load_q(p, b, sm.q);
       for (int t = 0; t < b.n_tiles; ++t) {

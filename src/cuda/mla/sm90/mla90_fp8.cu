@@ -8,13 +8,13 @@ namespace attnserve::cuda::mla90 {
 
 void launch_mla_sm90_fp8(const mla::Params& p, int m_blocks, int batch, cudaStream_t stream) {
   static const bool configured = [] {  // once: the dynamic shared-memory limit
-    ATTNSERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(mla_sm90_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
+    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(mla_sm90_kernel<Fill::kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              int(smem_bytes())));
     return true;
   }();
   (void)configured;
   const dim3 grid(unsigned(m_blocks), unsigned(p.num_splits), unsigned(batch));
-  mla_sm90_kernel<true><<<grid, kThreads, smem_bytes(), stream>>>(p);
+  mla_sm90_kernel<Fill::kFp8><<<grid, kThreads, smem_bytes(), stream>>>(p, CUtensorMap{});
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -77,6 +77,10 @@ __device__ __forceinline__ float fast_rcp(float x) {
 
 // HB 16 is capped at 128 registers so that two CTAs share an SM (2-stage rings: the plan's choice for HB 16;
 // measured, the ring depth did not change the time, NOTES.md); HB 32 keeps one CTA per SM.
+// The time per tile is each warp's chain of dependent instructions (NOTES.md, session 5 second step), so (a) the
+// QK^T k-steps accumulate into two chains (even / odd k-steps, summed at the end) instead of one chain of 8
+// dependent HMMAs, and (b) the ring and id slots of the tiles are counters instead of run-time `t % S` / `t % 2S`
+// (5 integer divisions per tile, at the head of the chain): 5-8 % faster than one chain (NOTES.md, session 6).
 template <int MT>  // m-tiles of 16 heads
 __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
     small_heads_fp8_kernel(const sparse_mla_op::Params p) {
@@ -109,8 +113,8 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
   const int num_tiles = max(0, min(row_tiles - tile0, p.split_tiles));
   const int32_t* idx_row = p.indices + row * p.idx_row_stride;
 
-  // Slot ids of local tile t into sIds[t % 2S] (threads 0..63), loaded an iteration before the gather.
-  auto load_ids = [&](int t) {
+  // Slot ids of local tile t into sIds[id_slot = t % 2S] (threads 0..63), loaded an iteration before the gather.
+  auto load_ids = [&](int t, int id_slot) {
     if (tid < kSmallTileKeys) {
       const int pos = (tile0 + t) * kSmallTileKeys + tid;
       int sid = -1;
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
         const int32_t v = idx_row[int64_t(pos) * p.idx_col_stride];
         if (v >= 0 && v < p.num_slots) sid = v;
       }
-      sIds[(t % (2 * S)) * kSmallTileKeys + tid] = sid;
+      sIds[id_slot * kSmallTileKeys + tid] = sid;
     }
   };
   // Gathers local tile t into ring slot t % S (zeros for invalid slots): warp w copies tokens 8 w .. 8 w + 7,
@@ -126,9 +130,10 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
   // shared-memory id read, one 32 x 32 -> 64-bit multiply and the cp.async (the first version spent ~30
   // instructions of division and 64-bit index arithmetic per copy, NOTES.md).
   const uint32_t row_bytes = uint32_t(p.kv_row_bytes);  // launch.cu: < 2^31
-  auto issue = [&](int t) {
-    const int* ids = sIds + (t % (2 * S)) * kSmallTileKeys + 8 * warp;
-    const uint32_t dst = ptx::smem_addr(ring + std::size_t(t % S) * kSmallStageBytes + 8 * warp * kTok + 16 * lane);
+  // (ring_slot = t % S, id_slot = t % 2S)
+  auto issue = [&](int ring_slot, int id_slot) {
+    const int* ids = sIds + id_slot * kSmallTileKeys + 8 * warp;
+    const uint32_t dst = ptx::smem_addr(ring + std::size_t(ring_slot) * kSmallStageBytes + 8 * warp * kTok + 16 * lane);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const int s = ids[k];
@@ -139,10 +144,10 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
     }
   };
 
-  for (int t = 0; t < S; ++t) load_ids(t);
+  for (int t = 0; t < S; ++t) load_ids(t, t);
   __syncthreads();
   for (int s = 0; s < S - 1; ++s) {
-    if (s < num_tiles) issue(s);
+    if (s < num_tiles) issue(s, s);
     ptx::cp_async_commit();
   }
 
@@ -200,14 +205,16 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
   float ref[4] = {FLT_MIN, FLT_MIN, FLT_MIN, FLT_MIN};  // R_b: O is kept in units of R_b
   const int blk = warp >> 1;                            // P V: this warp's latent block
 
+  int ring_slot = 0, id_slot = 0;  // t % S, t % 2S, as counters
   for (int t = 0; t < num_tiles; ++t) {
     ptx::cp_async_wait_dyn(S - 2);  // tile t landed (this thread's part)
     __syncthreads();                // B1: everyone's part; the slot of tile t - 1 is free
-    if (t + S - 1 < num_tiles) issue(t + S - 1);
+    const int issue_ids = id_slot + S - 1 >= 2 * S ? id_slot - S - 1 : id_slot + S - 1;   // (t + S - 1) % 2S
+    if (t + S - 1 < num_tiles) issue(ring_slot == 0 ? S - 1 : ring_slot - 1, issue_ids);  // ring: (t - 1) % S
     ptx::cp_async_commit();
-    load_ids(t + S);
-    const uint8_t* tile = ring + std::size_t(t % S) * kSmallStageBytes;
-    const int* ids = sIds + (t % (2 * S)) * kSmallTileKeys;
+    load_ids(t + S, id_slot >= S ? id_slot - S : id_slot + S);  // (t + S) % 2S
+    const uint8_t* tile = ring + std::size_t(ring_slot) * kSmallStageBytes;
+    const int* ids = sIds + id_slot * kSmallTileKeys;
 
     // ---- QK^T partial: keys [32 kg, +32) x (latent block dg + rope k-step dg).
 #pragma unroll
@@ -218,17 +225,26 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
       const uint4 w1 = *reinterpret_cast<const uint4*>(kp + 128 * dg + 32 * tig + 16);
       const uint2 wr = *reinterpret_cast<const uint2*>(kp + 528 + 2 * rope_dim);
       const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-      float an[MT][4], ar[MT][4];
+      constexpr int kChains = 2;  // independent HMMA accumulators per m-tile (even / odd k-steps)
+      float an[MT][4], ar[MT][4], an2[MT][kChains][4];
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) an[m][i] = ar[m][i] = 0.f;
+        for (int i = 0; i < 4; ++i) {
+          an[m][i] = ar[m][i] = 0.f;
+#pragma unroll
+          for (int c = 0; c < kChains; ++c) an2[m][c][i] = 0.f;
+        }
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const uint32_t b0 = f16x2_of_e4m3_lo(w[kk]), b1 = f16x2_of_e4m3_hi(w[kk]);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) ptx::mma_16816<__half>(an[m], qn[m][kk], b0, b1);
+        for (int m = 0; m < MT; ++m) ptx::mma_16816<__half>(an2[m][kk & 1], qn[m][kk], b0, b1);
       }
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) an[m][i] = an2[m][0][i] + an2[m][1][i];
 #pragma unroll
       for (int m = 0; m < MT; ++m) ptx::mma_16816<__nv_bfloat16>(ar[m], qr[m], wr.x, wr.y);
       // The C fragment's keys kb + 2 tig + {0, 1}: their scale of block dg.
@@ -356,6 +372,8 @@ __global__ void __launch_bounds__(kSmallThreads, MT == 1 ? 2 : 1)
         }
       }
     }
+    ring_slot = ring_slot + 1 == S ? 0 : ring_slot + 1;
+    id_slot = id_slot + 1 == 2 * S ? 0 : id_slot + 1;
   }
   ptx::cp_async_wait<0>();
 
