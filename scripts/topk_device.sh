@@ -30,22 +30,22 @@ if ! { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNSERVE_CUDA=ON 
 fi
 ts "build rc 0"
 BENCH_BIN=$(find $B -name bench_topk -type f -perm -u+x | head -1)
-timeout 90 $B/attnserve_gpu_tests --gtest_filter='TopkGpu*' >"$L/gpu_tests.log" 2>&1
+timeout 40 $B/attnserve_gpu_tests --gtest_filter='TopkGpu*' >"$L/gpu_tests.log" 2>&1
 ts "gpu tests rc $? ($(grep -c '^\[       OK' "$L/gpu_tests.log") OK, $(grep -c '^\[  FAILED' "$L/gpu_tests.log") FAILED lines)"
 grep -E "^\[  FAILED|Failure|error" "$L/gpu_tests.log" | head -20
 save gpu_tests.log
-timeout 60 "$BENCH_BIN" >"$L/bench.log" 2>&1
+timeout 30 "$BENCH_BIN" >"$L/bench.log" 2>&1
 ts "bench rc $?"
 save gpu_tests.log bench.log
-MEM='TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.SampledPathAdversarialRows:TopkGpu.EmitStagedAndDirectAtEveryOutputAlignment:TopkGpu.GraphReplayEqualsEager:TopkGpu.WholeRowRegimeNaNAndTiesAtTheThreshold'
-ATTNSERVE_SEED=1 timeout 45 compute-sanitizer --tool memcheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$MEM" >"$L/memcheck.log" 2>&1
+MEM='TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.EmitStagedAndDirectAtEveryOutputAlignment:TopkGpu.GraphReplayEqualsEager'
+ATTNSERVE_SEED=1 timeout 25 compute-sanitizer --tool memcheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$MEM" >"$L/memcheck.log" 2>&1
 ts "memcheck rc $? $(grep -E 'ERROR SUMMARY' "$L/memcheck.log" | tail -1) $(grep -E '^\[  PASSED|^\[  FAILED' "$L/memcheck.log" | tail -1)"
-RACE='TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.SampledRegimeBoundariesAndAlignment'
-ATTNSERVE_SEED=1 timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$RACE" >"$L/racecheck.log" 2>&1
+RACE='TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.WholeRowRegimeNaNAndTiesAtTheThreshold'
+ATTNSERVE_SEED=1 timeout 25 compute-sanitizer --tool racecheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$RACE" >"$L/racecheck.log" 2>&1
 ts "racecheck rc $? $(grep -E 'RACECHECK SUMMARY' "$L/racecheck.log" | tail -1) $(grep -E '^\[  PASSED|^\[  FAILED' "$L/racecheck.log" | tail -1)"
 save gpu_tests.log bench.log memcheck.log racecheck.log
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
-  timeout 60 ncu --clock-control none -k regex:topk_sampled_kernel -c 1 --set full --import-source yes -o /tmp/rep -f \
+  timeout 30 ncu --clock-control none -k regex:topk_sampled_kernel -c 1 --set full --import-source yes -o /tmp/rep -f \
     "$BENCH_BIN" "${NCU_FILTER:-topk 2048 of 4K x 8192 rows normal}" >"$L/ncu_run.log" 2>&1
   ts "ncu rc $?"
   { ncu -i /tmp/rep.ncu-rep --page details; } >"$L/ncu.txt" 2>&1
