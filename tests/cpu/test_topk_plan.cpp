@@ -85,17 +85,19 @@ TEST(TopkPlan, ForcedThreadsAndTheirSharedMemory) {
 }
 
 TEST(TopkPlan, ClustersForLoneLongRowsOnHopper) {
-  // The largest of 8, 4, 2 CTAs per row that fits the SMs (rows * ctas <= 132), rows longer than 8192.
+  // The largest of 8, 4, 2 CTAs per row with rows * ctas <= 66 (half the SMs), rows longer than 32K.
   EXPECT_EQ(make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200).cluster, 8);
-  EXPECT_EQ(make_plan({.rows = 16, .width = 65536, .k = 2048}, kH200).cluster, 8);
-  EXPECT_EQ(make_plan({.rows = 17, .width = 65536, .k = 2048}, kH200).cluster, 4);
-  EXPECT_EQ(make_plan({.rows = 33, .width = 262144, .k = 2048}, kH200).cluster, 4);
-  EXPECT_EQ(make_plan({.rows = 34, .width = 65536, .k = 2048}, kH200).cluster, 2);
-  EXPECT_EQ(make_plan({.rows = 66, .width = 65536, .k = 2048}, kH200).cluster, 2);
-  EXPECT_EQ(make_plan({.rows = 67, .width = 65536, .k = 2048}, kH200).cluster, 1);
+  EXPECT_EQ(make_plan({.rows = 8, .width = 65536, .k = 2048}, kH200).cluster, 8);
+  EXPECT_EQ(make_plan({.rows = 9, .width = 65536, .k = 2048}, kH200).cluster, 4);
+  EXPECT_EQ(make_plan({.rows = 16, .width = 65536, .k = 2048}, kH200).cluster, 4);
+  EXPECT_EQ(make_plan({.rows = 17, .width = 65536, .k = 2048}, kH200).cluster, 2);
+  EXPECT_EQ(make_plan({.rows = 32, .width = 262144, .k = 2048}, kH200).cluster, 2);
+  EXPECT_EQ(make_plan({.rows = 33, .width = 65536, .k = 2048}, kH200).cluster, 2);
+  EXPECT_EQ(make_plan({.rows = 34, .width = 65536, .k = 2048}, kH200).cluster, 1);
   EXPECT_EQ(make_plan(kLong, kH200).cluster, 1);  // 128 rows: one CTA each already fills the SMs
-  EXPECT_EQ(make_plan({.rows = 1, .width = 8192, .k = 2048}, kH200).cluster, 1);  // short rows: one CTA
-  EXPECT_EQ(make_plan({.rows = 1, .width = 8193, .k = 2048}, kH200).cluster, 8);
+  EXPECT_EQ(make_plan({.rows = 1, .width = 32768, .k = 2048}, kH200).cluster, 1);  // short rows: one CTA
+  EXPECT_EQ(make_plan({.rows = 1, .width = 16384, .k = 2048}, kH200).cluster, 1);
+  EXPECT_EQ(make_plan({.rows = 1, .width = 32769, .k = 2048}, kH200).cluster, 8);
   EXPECT_EQ(make_plan({.rows = 1, .width = 65536, .k = 2048}, kA100).cluster, 1);  // no clusters before sm_90
   EXPECT_EQ(make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200).threads, 1024);
   // Forced: 1, 2, 4, 8 only, sampled kernel on sm_90 only.

@@ -2,12 +2,12 @@
 // lists): random scores and any topk, heavy ties, all-equal rows, -0 / -inf / NaN, row starts, rows of
 // 64K / 128K / 256K with more than 16K candidates in the threshold bin, the fused transforms, the
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
-// give identical bits. Every check runs the sampled kernel three ways (one CTA per row, and a cluster of
-// 2 and of 8 CTAs per row: on sm_90 the CTAs split the row's filter and gather into CTA 0; elsewhere
+// give identical bits. Every check runs the sampled kernel four ways (one CTA per row, and a cluster of
+// 2, 4 and 8 CTAs per row: on sm_90 the CTAs split the row's filter and gather into CTA 0; elsewhere
 // the same one-CTA launch), each against the oracle; they are checked on the rows that defeat the
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
-// the unstaged emit and strided outputs too, and a CUDA graph's replays against eager runs.
+// the direct (unstaged) emit too, and a CUDA graph's replays against eager runs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -37,6 +37,7 @@ struct KernelChoice {
 };
 std::vector<KernelChoice> g_paths = {{cuda::TopkPath::sampled, 1, "sampled, one CTA per row"},
                                      {cuda::TopkPath::sampled, 2, "sampled, clusters of 2 CTAs per row"},
+                                     {cuda::TopkPath::sampled, 4, "sampled, clusters of 4 CTAs per row"},
                                      {cuda::TopkPath::sampled, 8, "sampled, clusters of 8 CTAs per row"}};
 
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
@@ -496,16 +497,17 @@ TEST(TopkGpu, ClusterGatherOverflowGoesToTheFallback) {
   }
 }
 
-// CUDA-graph replays of top-k (the plan's choice: clusters for lone long rows on sm_90, whole rows, the
-// sampled regime) equal eager runs bit for bit, and the oracle.
+// CUDA-graph replays of top-k (the plan's choice: clusters of 8, 4 and 2 CTAs for lone long rows on sm_90,
+// whole rows, the sampled regime) equal eager runs bit for bit, and the oracle.
 TEST(TopkGpu, GraphReplayEqualsEager) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   struct Shape {
     int64_t rows, width, k;
   };
-  for (const Shape sh : {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{64, 4096, 2048},
-                         Shape{24, int64_t(20) << 10, 1000}}) {
+  for (const Shape sh :
+       {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
+        Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
     SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
     TopkProblem p(sh.rows, sh.width, sh.k);
     fill_normal(p.row(0), p.rows * p.width, g);

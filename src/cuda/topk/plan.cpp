@@ -27,7 +27,7 @@ Support can_implement(const Problem& p, const DeviceCaps&) {
 int cluster_ctas_for(const Problem& p, const DeviceCaps& caps) {
   if (caps.arch < 90 || p.width <= kClusterRow) return 1;
   for (int c = kClusterMax; c >= 2; c /= 2)
-    if (p.rows * c <= int64_t(caps.num_sms)) return c;
+    if (p.rows * c <= int64_t(caps.num_sms / 2)) return c;
   return 1;
 }
 

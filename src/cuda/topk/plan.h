@@ -36,11 +36,15 @@ enum class Select : int {
 };
 const char* select_name(Select s);
 
-// Rows longer than this, few enough that kClusterMax CTAs per row (or fewer) fit the SMs, are split over a
-// thread-block cluster (sm_90): one SM streams ~39 GB/s, so a lone 64K row's filter alone took 6.7 us.
-constexpr int64_t kClusterRow = 8192;
+// Rows longer than kClusterRow, few enough that C CTAs per row fill at most half the SMs, are split over a
+// thread-block cluster of C = 8, 4 or 2 (sm_90): one SM streams ~39 GB/s, so a lone 64K row's filter
+// alone took 6.7 us. Measured (6aa3058, forced sizes, device us): 1 x 64K 19.0 / 16.3 (C 1 / 8), 1 x 128K
+// 27.0 / 19.2, 16 x 64K 22.3 / 19.6 (C 4; C 8: 25.0, 128 CTAs in clusters of 8 do not fit the GPCs at
+// once), 32 x 256K 42.5 / 32.9 (C 2; C 4: 38.0); 1 x 16K 14.2 / 15.4 (C 8 slower: hence the length).
+constexpr int64_t kClusterRow = 32768;
 constexpr int kClusterMax = 8;  // the portable cluster size
-// CTAs per row: the largest of 8, 4, 2 with rows * ctas <= SMs; 1 if none or the row is short.
+// CTAs per row: the largest of 8, 4, 2 with rows * ctas <= SMs / 2; 1 if none, the row is short or the
+// device has no clusters.
 int cluster_ctas_for(const Problem& p, const DeviceCaps& caps);
 
 // Shared memory of the sampled kernel at `threads` per CTA (SampledSmem): per warp
