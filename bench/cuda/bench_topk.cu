@@ -1,8 +1,9 @@
 // Top-k speed (a benchmark, not a test): exact top-k of float rows on the GPU, CUDA events, median
 // of many after warm-up, score sets rotated beyond the 60 MB L2. Targets (issue 16) and sglang's
 // same-run figures (shared/ANCHORS.md, N(0, 1) scores) are in the notes of each case. Cases without a
-// tag run the plan's default kernel (topk_op::kDefaultSampled); " [v2]" (the session-3 sampled kernel,
-// 7a32edf), " [v4]" and " [global]" force one, " [N threads]" the CTA size, for A/Bs in one process.
+// tag run the plan's choice; " [global]" forces the multi-pass kernel, " [N threads]" the CTA size,
+// " [cluster N]" N CTAs per row (1: none), " [direct emit]" the sampled kernel's unstaged output stores,
+// for A/Bs in one process.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -44,10 +45,7 @@ __global__ void fill_ties16_kernel(float* p, std::size_t n, uint32_t seed) {
 const char* path_name(cuda::TopkPath path) {
   switch (path) {
     case cuda::TopkPath::global: return " [global]";
-    case cuda::TopkPath::sampled: return " [v2]";
-    case cuda::TopkPath::sampled_v4: return " [v4]";
-    case cuda::TopkPath::sampled_prefetch: return " [prefetch]";
-    case cuda::TopkPath::sampled_match_any: return " [match_any]";
+    case cuda::TopkPath::sampled: return " [sampled]";
     default: return "";
   }
 }
@@ -99,19 +97,22 @@ void bench_empty_launch() {
 
 void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer,
                 Fill fill = Fill::uniform, cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0,
-                bool host_too = false, int threads = 0) {
-  const std::string name = "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " +
-                           std::to_string(rows) + " rows" + (transform == TopkTransform::decode ? " +decode" : "") +
-                           (fill == Fill::normal   ? " normal"
-                            : fill == Fill::ties16 ? " ties16"
-                                                   : "") +
-                           path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string()) +
-                           (host_too ? " [host+device]" : "") +
-                           (threads ? " [" + std::to_string(threads) + " threads]" : std::string());
+                bool host_too = false, int threads = 0, int cluster = 0, bool direct = false) {
+  const std::string name =
+      "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " + std::to_string(rows) + " rows" +
+      (transform == TopkTransform::decode ? " +decode" : "") +
+      (fill == Fill::normal   ? " normal"
+       : fill == Fill::ties16 ? " ties16"
+                              : "") +
+      path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string()) +
+      (host_too ? " [host+device]" : "") + (threads ? " [" + std::to_string(threads) + " threads]" : std::string()) +
+      (cluster ? " [cluster " + std::to_string(cluster) + "]" : std::string()) + (direct ? " [direct emit]" : "");
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
   cuda::set_topk_threads(threads);
+  cuda::set_topk_cluster(cluster);
+  cuda::set_topk_direct_emit(direct);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -144,6 +145,8 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_path(cuda::TopkPath::automatic);
   cuda::set_topk_debug_stop(0);
   cuda::set_topk_threads(0);
+  cuda::set_topk_cluster(0);
+  cuda::set_topk_direct_emit(false);
 }
 
 }  // namespace
@@ -157,60 +160,59 @@ int main(int argc, char** argv) try {
   // Issue 16 targets: 128 x 64K <= 20 us, 1 x 64K <= 15, 128 x 128K <= 40, 8K x 4096 rows <= 150.
   bench_case(128, 64 << 10, 2048, none, "target <= 20 us; sglang 43.6 us (ANCHORS, normal)");
   bench_case(128, 64 << 10, 2048, none, "sglang 43.6 us", normal);
-  bench_case(128, 64 << 10, 2048, none, "A/B", normal, P::sampled);
   bench_case(128, 64 << 10, 2048, none, "A/B", normal, P::global);
   bench_case(128, 64 << 10, 2048, none, "repeat (spread)", normal);
   bench_case(128, 64 << 10, 2048, TopkTransform::decode, "fused slot transform; sglang 46.2 us", normal);
   bench_case(128, 64 << 10, 2048, none, "adversarial; sglang wrong on every row", Fill::ties16);
-  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::sampled);
   bench_case(128, 16 << 10, 2048, none, "sglang 17.9 us", normal);
-  bench_case(128, 16 << 10, 2048, none, "A/B", normal, P::sampled);
   bench_case(128, 16 << 10, 2048, none, "A/B", normal, P::global);
   bench_case(1, 64 << 10, 2048, none, "target <= 15 us; sglang 36.7 us", normal);
-  bench_case(1, 64 << 10, 2048, none, "A/B", normal, P::sampled);
   bench_case(1, 16 << 10, 2048, none, "sglang 15.3 us", normal);
   bench_case(1, 4 << 10, 2048, none, "sglang 7.8 us", normal);
-  bench_case(1, 4 << 10, 2048, none, "A/B", normal, P::sampled);
   bench_case(1, 4 << 10, 2048, none, "A/B", normal, P::global);
   bench_case(1, 128 << 10, 2048, none, "", normal);
   bench_case(128, 128 << 10, 2048, none, "target <= 40 us; sglang 97.5 us", normal);
-  bench_case(128, 128 << 10, 2048, none, "A/B", normal, P::sampled);
   bench_case(32, 256 << 10, 2048, none, "", normal);
   bench_case(4096, 8 << 10, 2048, none, "prefill rows", normal);
   bench_case(8192, 4 << 10, 2048, none, "target <= 150 us (prefill rows)", normal);
-  bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::sampled);
+  bench_case(8192, 4 << 10, 2048, none, "repeat (spread)", normal);
   bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::global);
-  // v4 (quad-wide shared-memory loops) beside the default, and the CTA size for rows that each get an SM.
-  bench_case(128, 64 << 10, 2048, none, "A/B", normal, P::sampled_v4);
-  bench_case(128, 64 << 10, 2048, none, "A/B", Fill::ties16, P::sampled_v4);
-  bench_case(128, 16 << 10, 2048, none, "A/B", normal, P::sampled_v4);
-  bench_case(1, 64 << 10, 2048, none, "A/B", normal, P::sampled_v4);
-  bench_case(128, 128 << 10, 2048, none, "A/B", normal, P::sampled_v4);
-  bench_case(4096, 8 << 10, 2048, none, "A/B", normal, P::sampled_v4);
-  bench_case(8192, 4 << 10, 2048, none, "A/B", normal, P::sampled_v4);
-  for (const P path : {P::sampled_v4})
-    for (const int threads : {256, 1024}) {
-      bench_case(1, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
-      bench_case(1, 8 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
-      bench_case(32, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
-      bench_case(128, 4 << 10, 2048, none, "A/B", normal, path, 0, false, threads);
-      bench_case(128, 8 << 10, 512, none, "A/B", normal, path, 0, false, threads);
-    }
-  // Phases (cumulative time up to the end of phase n; 1 = launch + row set-up): 2 sample loaded,
-  // 3 threshold found (rows <= 4096: loaded whole), 4 row filtered into shared memory, 5 candidates selected.
-  for (const P path : {P::automatic, P::sampled_v4})
-    for (int stop = 1; stop <= 5; ++stop) {
-      if (stop != 2) bench_case(1, 4 << 10, 2048, none, "phase", normal, path, stop);
-      bench_case(1, 64 << 10, 2048, none, "phase", normal, path, stop);
-      bench_case(128, 64 << 10, 2048, none, "phase", normal, path, stop);
-      if (stop != 2) bench_case(8192, 4 << 10, 2048, none, "phase", normal, path, stop);
-    }
-  // The old timing (host's cost counted), as session 3 measured.
-  for (const P path : {P::automatic, P::sampled}) {
-    bench_case(1, 4 << 10, 2048, none, "session 3's method", normal, path, 0, true);
-    bench_case(1, 64 << 10, 2048, none, "session 3's method", normal, path, 0, true);
-    bench_case(128, 64 << 10, 2048, none, "session 3's method", normal, path, 0, true);
+  // The emit: staged in shared memory + 16-byte stores (the default) against direct 4-byte stores.
+  for (const bool direct : {false, true}) {
+    bench_case(8192, 4 << 10, 2048, none, "emit A/B", normal, P::automatic, 0, false, 0, 0, direct);
+    bench_case(4096, 8 << 10, 2048, none, "emit A/B", normal, P::automatic, 0, false, 0, 0, direct);
+    bench_case(128, 64 << 10, 2048, none, "emit A/B", normal, P::automatic, 0, false, 0, 0, direct);
+    bench_case(1, 4 << 10, 2048, none, "emit A/B", normal, P::automatic, 0, false, 0, 0, direct);
+    bench_case(128, 16 << 10, 2048, none, "emit A/B", normal, P::automatic, 0, false, 0, 0, direct);
   }
+  // CTAs per row (a cluster, sm_90): 1 (one CTA per row) against 2, 4, 8.
+  for (const int cluster : {1, 2, 4, 8}) {
+    bench_case(1, 16 << 10, 2048, none, "cluster A/B", normal, P::automatic, 0, false, 0, cluster);
+    bench_case(1, 64 << 10, 2048, none, "cluster A/B", normal, P::automatic, 0, false, 0, cluster);
+    bench_case(1, 128 << 10, 2048, none, "cluster A/B", normal, P::automatic, 0, false, 0, cluster);
+    bench_case(16, 64 << 10, 2048, none, "cluster A/B", normal, P::automatic, 0, false, 0, cluster);
+    bench_case(32, 256 << 10, 2048, none, "cluster A/B", normal, P::automatic, 0, false, 0, cluster);
+    bench_case(1, 64 << 10, 2048, none, "cluster A/B", Fill::ties16, P::automatic, 0, false, 0, cluster);
+  }
+  // The CTA size for rows that each get an SM.
+  for (const int threads : {256, 1024}) {
+    bench_case(1, 4 << 10, 2048, none, "A/B", normal, P::automatic, 0, false, threads);
+    bench_case(128, 4 << 10, 2048, none, "A/B", normal, P::automatic, 0, false, threads);
+    bench_case(128, 8 << 10, 512, none, "A/B", normal, P::automatic, 0, false, threads);
+  }
+  // Phases (cumulative time up to the end of phase n; 1 = launch + row set-up): 2 sample loaded,
+  // 3 threshold found (rows <= 4096: loaded whole), 4 row filtered into shared memory (a cluster's rows
+  // gathered into CTA 0), 5 candidates selected.
+  for (int stop = 1; stop <= 5; ++stop) {
+    if (stop != 2) bench_case(1, 4 << 10, 2048, none, "phase", normal, P::automatic, stop);
+    bench_case(1, 64 << 10, 2048, none, "phase", normal, P::automatic, stop);
+    bench_case(1, 64 << 10, 2048, none, "phase", normal, P::automatic, stop, false, 0, 1);
+    bench_case(128, 64 << 10, 2048, none, "phase", normal, P::automatic, stop);
+    if (stop != 2) bench_case(8192, 4 << 10, 2048, none, "phase", normal, P::automatic, stop);
+  }
+  // The old timing (host's cost counted), as session 3 measured.
+  bench_case(1, 4 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);
+  bench_case(128, 64 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);
   return 0;
 } catch (const std::exception& e) {  // CUDA errors (DSA_CK) and attnserve::Error from the ops
   std::fprintf(stderr, "%s: %s\n", "bench_topk", e.what());

@@ -1,5 +1,6 @@
 // Top-k's plan (src/cuda/topk/plan.h) on fabricated devices: the algorithm (sampled when its shared
-// memory fits, else global; a forced choice), the threads per row, the shared-memory count. Host code.
+// memory fits, else global; a forced choice), the threads per row, the CTAs per row (clusters for lone
+// long rows on sm_90), the shared-memory count. Host code.
 #include <gtest/gtest.h>
 
 #include "cuda/topk/plan.h"
@@ -7,7 +8,6 @@
 namespace attnserve {
 namespace {
 
-using cuda::topk_op::kDefaultSampled;
 using cuda::topk_op::make_plan;
 using cuda::topk_op::Select;
 using cuda::topk_op::Tuning;
@@ -30,13 +30,13 @@ TEST(TopkPlan, DefaultIsTheSampledKernelWhereItsSharedMemoryFits) {
   for (const DeviceCaps& caps : {kH200, kA100})
     for (const auto& prob : {kShort, kLong}) {
       const auto plan = make_plan(prob, caps);
-      EXPECT_EQ(plan.select, kDefaultSampled) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(plan.select, Select::sampled) << caps.arch << " width " << prob.width;
       EXPECT_EQ(plan.smem, cuda::topk_op::sampled_smem_bytes(plan.threads));
     }
-  EXPECT_EQ(make_plan(kShort, kSmall).select, kDefaultSampled);
+  EXPECT_EQ(make_plan(kShort, kSmall).select, Select::sampled);
   // Lone whole rows would take 1024 threads, whose 152 KB do not fit: 256 threads keep the sampled kernel.
   const auto small_lone = make_plan({.rows = 8, .width = 4096, .k = 2048}, kSmall);
-  EXPECT_EQ(small_lone.select, kDefaultSampled);
+  EXPECT_EQ(small_lone.select, Select::sampled);
   EXPECT_EQ(small_lone.threads, 256);
   const auto small_long = make_plan(kLong, kSmall);  // 152 KB > 100 KB
   EXPECT_EQ(small_long.select, Select::global);
@@ -46,7 +46,7 @@ TEST(TopkPlan, DefaultIsTheSampledKernelWhereItsSharedMemoryFits) {
 }
 
 TEST(TopkPlan, ForcedChoiceAndItsFallback) {
-  for (const Select s : {Select::global, Select::sampled, Select::sampled_v4})
+  for (const Select s : {Select::global, Select::sampled})
     for (const auto& prob : {kShort, kLong}) {
       const auto plan = make_plan(prob, kH200, Tuning{.select = s});
       EXPECT_EQ(plan.select, s) << select_name(s);
@@ -54,12 +54,12 @@ TEST(TopkPlan, ForcedChoiceAndItsFallback) {
     }
   // A sampled kernel forced where its shared memory does not fit still runs (the global kernel).
   EXPECT_EQ(make_plan(kLong, kTiny, Tuning{.select = Select::sampled}).select, Select::global);
-  EXPECT_EQ(make_plan(kShort, kTiny, Tuning{.select = Select::sampled_v4}).select, Select::global);
+  EXPECT_EQ(make_plan(kShort, kTiny, Tuning{.select = Select::sampled}).select, Select::global);
   EXPECT_EQ(make_plan(kShort, kSmall, Tuning{.select = Select::sampled}).select, Select::sampled);
 }
 
 TEST(TopkPlan, ThreadsFollowTheShapeNotTheAlgorithm) {
-  for (const Select s : {Select::automatic, Select::global, Select::sampled_v4}) {
+  for (const Select s : {Select::automatic, Select::global, Select::sampled}) {
     EXPECT_EQ(make_plan({.rows = 1, .width = 8192, .k = 16}, kH200, {.select = s}).threads, 256);
     EXPECT_EQ(make_plan({.rows = 1, .width = 8193, .k = 16}, kH200, {.select = s}).threads, 1024);
     // Whole rows that each get an SM: 1024 threads; more rows than SMs: 256, several per SM.
@@ -82,6 +82,31 @@ TEST(TopkPlan, ForcedThreadsAndTheirSharedMemory) {
   EXPECT_EQ(make_plan(kLong, kH200, {.threads = 256}).threads, 256);
   EXPECT_EQ(make_plan(kLong, kH200, {.threads = 512}).threads, 1024);              // not a kernel size: the plan's
   EXPECT_EQ(make_plan(kShort, kSmall, {.threads = 1024}).select, Select::global);  // 152 KB > 100 KB
+}
+
+TEST(TopkPlan, ClustersForLoneLongRowsOnHopper) {
+  // The largest of 8, 4, 2 CTAs per row with rows * ctas <= 66 (half the SMs), rows longer than 32K.
+  EXPECT_EQ(make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200).cluster, 8);
+  EXPECT_EQ(make_plan({.rows = 8, .width = 65536, .k = 2048}, kH200).cluster, 8);
+  EXPECT_EQ(make_plan({.rows = 9, .width = 65536, .k = 2048}, kH200).cluster, 4);
+  EXPECT_EQ(make_plan({.rows = 16, .width = 65536, .k = 2048}, kH200).cluster, 4);
+  EXPECT_EQ(make_plan({.rows = 17, .width = 65536, .k = 2048}, kH200).cluster, 2);
+  EXPECT_EQ(make_plan({.rows = 32, .width = 262144, .k = 2048}, kH200).cluster, 2);
+  EXPECT_EQ(make_plan({.rows = 33, .width = 65536, .k = 2048}, kH200).cluster, 2);
+  EXPECT_EQ(make_plan({.rows = 34, .width = 65536, .k = 2048}, kH200).cluster, 1);
+  EXPECT_EQ(make_plan(kLong, kH200).cluster, 1);  // 128 rows: one CTA each already fills the SMs
+  EXPECT_EQ(make_plan({.rows = 1, .width = 32768, .k = 2048}, kH200).cluster, 1);  // short rows: one CTA
+  EXPECT_EQ(make_plan({.rows = 1, .width = 16384, .k = 2048}, kH200).cluster, 1);
+  EXPECT_EQ(make_plan({.rows = 1, .width = 32769, .k = 2048}, kH200).cluster, 8);
+  EXPECT_EQ(make_plan({.rows = 1, .width = 65536, .k = 2048}, kA100).cluster, 1);  // no clusters before sm_90
+  EXPECT_EQ(make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200).threads, 1024);
+  // Forced: 1, 2, 4, 8 only, sampled kernel on sm_90 only.
+  for (const int c : {1, 2, 4, 8}) EXPECT_EQ(make_plan(kShort, kH200, {.cluster = c}).cluster, c);
+  EXPECT_EQ(make_plan(kShort, kH200, {.cluster = 3}).cluster, 1);  // not a size: the plan's
+  EXPECT_EQ(make_plan(kShort, kA100, {.cluster = 8}).cluster, 1);
+  EXPECT_EQ(make_plan(kLong, kH200, {.select = Select::global, .cluster = 8}).cluster, 1);
+  EXPECT_EQ(make_plan(kLong, kTiny, {.cluster = 8}).cluster, 1);  // the global kernel (no shared memory)
+  EXPECT_EQ(workspace_size(make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200)), 0u);
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 // lists): random scores and any topk, heavy ties, all-equal rows, -0 / -inf / NaN, row starts, rows of
 // 64K / 128K / 256K with more than 16K candidates in the threshold bin, the fused transforms, the
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
-// give identical bits. Every check runs every sampled kernel (TopkPath::sampled_v4 and
-// ::sampled, the plan's default among them), each against the oracle; they are checked on the rows that defeat their
+// give identical bits. Every check runs the sampled kernel four ways (one CTA per row, and a cluster of
+// 2, 4 and 8 CTAs per row: on sm_90 the CTAs split the row's filter and gather into CTA 0; elsewhere
+// the same one-CTA launch), each against the oracle; they are checked on the rows that defeat the
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
-// broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global).
+// broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
+// the direct (unstaged) emit too, and a CUDA graph's replays against eager runs.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -27,24 +30,25 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // The kernels each check runs, one after the other (ForcePath narrows it to one).
-std::vector<cuda::TopkPath> g_paths = {cuda::TopkPath::sampled_v4, cuda::TopkPath::sampled};
-
-const char* path_name(cuda::TopkPath p) {
-  switch (p) {
-    case cuda::TopkPath::global: return "global";
-    case cuda::TopkPath::sampled: return "sampled (7a32edf)";
-    case cuda::TopkPath::sampled_v4: return "sampled_v4";
-    default: return "other";
-  }
-}
+struct KernelChoice {
+  cuda::TopkPath path;
+  int cluster;  // CTAs per row (cuda::set_topk_cluster; 0: the plan's)
+  const char* name;
+};
+std::vector<KernelChoice> g_paths = {{cuda::TopkPath::sampled, 1, "sampled, one CTA per row"},
+                                     {cuda::TopkPath::sampled, 2, "sampled, clusters of 2 CTAs per row"},
+                                     {cuda::TopkPath::sampled, 4, "sampled, clusters of 4 CTAs per row"},
+                                     {cuda::TopkPath::sampled, 8, "sampled, clusters of 8 CTAs per row"}};
 
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
-  for (const cuda::TopkPath path : g_paths) {
-    SCOPED_TRACE(std::string("kernel ") + path_name(path));
-    cuda::set_topk_path(path);
+  for (const KernelChoice& c : g_paths) {
+    SCOPED_TRACE(std::string("kernel ") + c.name);
+    cuda::set_topk_path(c.path);
+    cuda::set_topk_cluster(c.cluster);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
+    cuda::set_topk_cluster(0);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -317,9 +321,9 @@ namespace {
 
 // Checks one top-k kernel only, for one scope.
 struct ForcePath {
-  explicit ForcePath(cuda::TopkPath p) : saved(g_paths) { g_paths = {p}; }
+  explicit ForcePath(KernelChoice c) : saved(g_paths) { g_paths = {c}; }
   ~ForcePath() { g_paths = saved; }
-  std::vector<cuda::TopkPath> saved;
+  std::vector<KernelChoice> saved;
 };
 
 }  // namespace
@@ -327,7 +331,7 @@ struct ForcePath {
 // The multi-pass kernel alone (the sampled kernel's fallback, also a path of its own).
 TEST(TopkGpu, GlobalPathAlone) {
   DSA_REQUIRE_GPU();
-  ForcePath force(cuda::TopkPath::global);
+  ForcePath force({cuda::TopkPath::global, 0, "global"});
   auto g = rng_for_test();
   for (int64_t width : {6000, 70000}) {
     SCOPED_TRACE("width " + std::to_string(width));
@@ -453,4 +457,89 @@ TEST(TopkGpu, WholeRowRegimeNaNAndTiesAtTheThreshold) {
       check_gpu(p);
       if (HasFatalFailure()) return;
     }
+}
+
+// The emit: outputs staged in shared memory and written by 16-byte stores (k <= 4093, every 16-byte
+// misalignment of the output rows: row r starts at r * k * 4 bytes) and the direct 4-byte stores (forced,
+// and k > 4093), in the whole-row, sampled and cluster regimes.
+TEST(TopkGpu, EmitStagedAndDirectAtEveryOutputAlignment) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (const bool direct : {false, true})
+    for (int64_t width : {6000, 70000})
+      for (int64_t k : {5, 1001, 4093, 4094}) {
+        SCOPED_TRACE(std::string(direct ? "direct" : "staged") + " width " + std::to_string(width) + " topk " +
+                     std::to_string(k));
+        TopkProblem p(5, width, k);
+        fill_normal(p.row(0), p.rows * p.width, g);
+        p.lengths.ptr<int32_t>()[4] = 4000;  // loaded whole
+        cuda::set_topk_direct_emit(direct);
+        check_gpu(p);
+        cuda::set_topk_direct_emit(false);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// Cluster rows whose candidates overflow CTA 0's segments only once gathered (each CTA's share fits its
+// own segments): the top values in every 32nd step, i.e. in one warp of every CTA, and all-equal rows.
+TEST(TopkGpu, ClusterGatherOverflowGoesToTheFallback) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int64_t width : {int64_t(40) << 10, int64_t(300) << 10}) {  // 300K: rows longer than 128K
+    SCOPED_TRACE("width " + std::to_string(width));
+    TopkProblem p(3, width, 2048);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    for (int64_t j = 0; j < width; ++j)
+      if ((j / 128) % 32 == 7) p.row(0)[j] += 10.f;
+    for (int64_t j = 0; j < width; ++j) p.row(1)[j] = -kInf;  // all equal, -inf
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// CUDA-graph replays of top-k (the plan's choice: clusters of 8, 4 and 2 CTAs for lone long rows on sm_90,
+// whole rows, the sampled regime) equal eager runs bit for bit, and the oracle.
+TEST(TopkGpu, GraphReplayEqualsEager) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Shape {
+    int64_t rows, width, k;
+  };
+  for (const Shape sh :
+       {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
+        Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
+    SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
+    TopkProblem p(sh.rows, sh.width, sh.k);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    p.lengths.ptr<int32_t>()[0] = int32_t(sh.width - 3);
+    p.run();
+    const HostTensor cpu_out = p.out;
+    cudaStream_t cs;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
+    const Stream s{cs};
+    DeviceMirror scores(p.scores.view, s), lengths(p.lengths.view, s), out(p.out.view, s);
+    TopkArgs d = p.args();
+    d.scores = scores.view, d.lengths = lengths.view, d.out = out.view;
+    topk(d, {}, s);  // eager (also the warm-up: kernel attributes outside the capture)
+    stream_synchronize(s);
+    const std::vector<uint8_t> eager = out.bytes(s);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    topk(d, {}, s);
+    ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 3; ++replay) {
+      out.poison(s);
+      ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+      EXPECT_TRUE(out.bytes(s) == eager) << "graph replay " << replay << " != eager";
+    }
+    out.download(p.out.view, s);
+    expect_same_rows(cpu_out, p.out, p.lengths, p.k);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(cs);
+    if (HasFatalFailure()) return;
+  }
 }

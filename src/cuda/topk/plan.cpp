@@ -14,7 +14,6 @@ const char* select_name(Select s) {
     case Select::automatic: return "automatic";
     case Select::global: return "global";
     case Select::sampled: return "sampled";
-    case Select::sampled_v4: return "sampled_v4";
   }
   return "?";
 }
@@ -23,6 +22,13 @@ Support can_implement(const Problem& p, const DeviceCaps&) {
   if (p.rows > int64_t(0x7fffffff))
     return unsupported("topk: 'scores' has ", p.rows, " rows, more than a CUDA grid holds");
   return {};
+}
+
+int cluster_ctas_for(const Problem& p, const DeviceCaps& caps) {
+  if (caps.arch < 90 || p.width <= kClusterRow) return 1;
+  for (int c = kClusterMax; c >= 2; c /= 2)
+    if (p.rows * c <= int64_t(caps.num_sms / 2)) return c;
+  return 1;
 }
 
 Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
@@ -43,13 +49,20 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
   c.threads = c.kernel == Kernel::rows_1024 ? 1024 : 256;
   // The sampled kernels read the row once (the global one up to 5 times) but need their candidates'
   // shared memory; a device without it gets the global kernel.
-  c.select = tune.select == Select::automatic ? kDefaultSampled : tune.select;
+  c.select = tune.select == Select::automatic ? Select::sampled : tune.select;
   if (c.select != Select::global) {
     c.smem = sampled_smem_bytes(c.threads);
     if (std::size_t(caps.smem_per_block) < c.smem) {
       c.select = Select::global;
       c.smem = 0;
     }
+  }
+  // Long lone rows: a cluster of CTAs per row (sm_90), each streaming a share of the row.
+  if (c.select == Select::sampled) {
+    c.cluster = tune.cluster == 1 || tune.cluster == 2 || tune.cluster == 4 || tune.cluster == 8
+                    ? tune.cluster
+                    : cluster_ctas_for(p, caps);
+    if (caps.arch < 90) c.cluster = 1;
   }
   return c;
 }

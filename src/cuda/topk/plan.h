@@ -29,19 +29,25 @@ constexpr int64_t kWholeRow = 4096;  // the sampled kernels load rows up to this
 
 // The algorithm (src/cuda/topk/sm80/). Every one is exact for any input.
 enum class Select : int {
-  automatic = 0,   // Tuning only: the plan's choice (kDefaultSampled when the shared memory fits, else global)
-  global = 1,      // topk_radix_global.cuh: radix select streaming the row, up to 5 reads of it
-  sampled = 2,     // topk_sampled.cuh (session 3, 7a32edf, measured): one read, candidates in shared memory
-  sampled_v4 = 4,  // topk_sampled_v4.cuh: the same algorithm, fewer instructions per value and candidate, its
-                   // shared-memory candidate loops on 16-byte quads (3 was v3, removed: v4 superseded it)
+  automatic = 0,  // Tuning only: the plan's choice (sampled when its shared memory fits, else global)
+  global = 1,     // topk_radix_global.cuh: radix select streaming the row, up to 5 reads of it
+  sampled = 2,    // topk_sampled.cuh: one read, candidates in shared memory (session 4's v4 and its successors;
+                  // session 3's v2 and v3 were removed once this one measured faster on every shape)
 };
 const char* select_name(Select s);
-// The sampled kernel the plan picks when nothing is forced: v4, as fast as the removed v3 or faster on
-// every ordinary shape measured (4d5707c: 8192 x 4K 205 vs 232 us, 128 x 16K 16.9 vs 17.6; 128 x 64K equal),
-// 4 % slower on the adversarial ties16 rows (32.8 vs 31.6).
-constexpr Select kDefaultSampled = Select::sampled_v4;
 
-// Shared memory of the sampled kernels at `threads` per CTA (both versions: SampledSmem): per warp
+// Rows longer than kClusterRow, few enough that C CTAs per row fill at most half the SMs, are split over a
+// thread-block cluster of C = 8, 4 or 2 (sm_90): one SM streams ~39 GB/s, so a lone 64K row's filter
+// alone took 6.7 us. Measured (6aa3058, forced sizes, device us): 1 x 64K 19.0 / 16.3 (C 1 / 8), 1 x 128K
+// 27.0 / 19.2, 16 x 64K 22.3 / 19.6 (C 4; C 8: 25.0, 128 CTAs in clusters of 8 do not fit the GPCs at
+// once), 32 x 256K 42.5 / 32.9 (C 2; C 4: 38.0); 1 x 16K 14.2 / 15.4 (C 8 slower: hence the length).
+constexpr int64_t kClusterRow = 32768;
+constexpr int kClusterMax = 8;  // the portable cluster size
+// CTAs per row: the largest of 8, 4, 2 with rows * ctas <= SMs / 2; 1 if none, the row is short or the
+// device has no clusters.
+int cluster_ctas_for(const Problem& p, const DeviceCaps& caps);
+
+// Shared memory of the sampled kernel at `threads` per CTA (SampledSmem): per warp
 // 528 candidates of 8 bytes, the 4096-bin histogram, per-warp scratch and the bin pick, 16-byte
 // aligned. topk.cu static_asserts it against sizeof(SampledSmem).
 constexpr std::size_t sampled_smem_bytes(int threads) {
@@ -54,7 +60,8 @@ struct Plan {
   Kernel kernel = Kernel::rows_256;
   int threads = 256;
   Select select = Select::global;  // never automatic in a plan
-  std::size_t smem = 0;            // dynamic shared memory per CTA (sampled kernels; 0 for global)
+  int cluster = 1;                 // CTAs per row (a thread-block cluster; sampled kernel on sm_90 only)
+  std::size_t smem = 0;            // dynamic shared memory per CTA (sampled kernel; 0 for global)
   std::size_t ws_bytes = 0;        // the radix select keeps everything in shared memory
 };
 
@@ -63,6 +70,7 @@ struct Plan {
 struct Tuning {
   Select select = Select::automatic;
   int threads = 0;  // 256 or 1024 forces the CTA size; 0 keeps the plan's
+  int cluster = 0;  // 1, 2, 4 or 8 forces the CTAs per row (sampled kernel, sm_90; else 1); 0 keeps the plan's
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

@@ -2,12 +2,12 @@
 // (src/cpu/topk_select.h): larger wins, -0 == +0, -inf below finite, NaN below -inf, every position in
 // [0, len) is a candidate, ties at the k-th value -> the lower position.
 //
-// One CTA per row (grid = rows: fixed by the scores' shape, graph safe, no host sync, no workspace).
-// Three kernels, all exact for any input; the plan (cuda/topk/plan.h) picks one:
-//   topk_sampled_v4.cuh     one read of the row: sampled threshold, candidates in shared memory, radix
+// One CTA per row, or one cluster of plan.cluster CTAs per row (sm_90; grid = rows * cluster, fixed by
+// the scores' shape: graph safe, no host sync, no workspace). Two kernels, both exact for any input; the
+// plan (cuda/topk/plan.h) picks one:
+//   topk_sampled.cuh        one read of the row: sampled threshold, candidates in shared memory, radix
 //                           select there; rows it cannot bound (adversarial) go to the global path inside
 //                           the same CTA;
-//   topk_sampled.cuh        the same algorithm, session 3's measured version (7a32edf);
 //   topk_radix_global.cuh   radix select streaming the row from L2/HBM on every pass (up to 5 reads).
 #include <cuda_runtime.h>
 
@@ -18,7 +18,6 @@
 #include "cuda/topk/plan.h"
 #include "cuda/topk/sm80/topk_path.h"
 #include "cuda/topk/sm80/topk_sampled.cuh"
-#include "cuda/topk/sm80/topk_sampled_v4.cuh"
 
 namespace attnserve::cuda {
 namespace {
@@ -28,52 +27,95 @@ using topk_detail::TopkParams;
 TopkPath g_topk_path = TopkPath::automatic;
 int g_debug_stop = 0;
 int g_threads = 0;
+int g_cluster = 0;
+bool g_direct_emit = false;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
-                  topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>) &&
-                  sizeof(topk_detail::SampledSmem<1024>) == sizeof(topk_detail::v4::SampledSmem<1024>) &&
-                  sizeof(topk_detail::SampledSmem<256>) == sizeof(topk_detail::v4::SampledSmem<256>),
-              "the plan's shared-memory count (plan.h) must match the kernels'");
+                  topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
+              "the plan's shared-memory count (plan.h) must match the kernel's");
+
+// Whether the sampled kernel's code for this device has the cluster path (sm_90 machine code; a build
+// for sm_80 only runs its sm_80 code on Hopper, where the path is compiled out).
+template <auto kKernel>
+bool has_cluster_code() {
+  static const bool yes = [] {
+    cudaFuncAttributes attr{};
+    ATTNSERVE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kKernel));
+    return attr.binaryVersion >= 90;
+  }();
+  return yes;
+}
+
+// Whether clusters of `cluster` CTAs of this kernel can run on this device (sm_90 code, and a GPC with room
+// for them); asked once per kernel and cluster size. Without, the launch is one CTA per row (same result).
+template <auto kKernel>
+bool cluster_fits(int threads, int cluster, std::size_t smem) {
+  static int known[topk_op::kClusterMax + 1] = {};  // 0 not asked yet, 1 fits, -1 not
+  int& k = known[std::clamp(cluster, 0, topk_op::kClusterMax)];
+  if (k == 0) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(cluster));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    const bool ok = has_cluster_code<kKernel>() && cudaOccupancyMaxActiveClusters(&n, kKernel, &cfg) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();  // clear the sticky-free error of the query
+    k = ok && n > 0 ? 1 : -1;
+  }
+  return k > 0;
+}
 
 // The dynamic shared memory attribute is set once per kernel (a template argument: the kernels share one
 // function type, so a per-type static would set it for the first only); the plan checked the size.
+// cluster > 1: a launch with cluster dimensions (cluster, 1, 1), rows * cluster CTAs.
 template <auto kKernel>
-void launch_with_smem(const TopkParams& p, unsigned rows, int threads, std::size_t smem, cudaStream_t s) {
+void launch_with_smem(const TopkParams& p, unsigned rows, int threads, int cluster, std::size_t smem, cudaStream_t s) {
   static const bool configured = [&] {
     ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
-  kKernel<<<rows, threads, smem, s>>>(p);
+  if (cluster <= 1 || !cluster_fits<kKernel>(threads, cluster, smem)) {
+    kKernel<<<rows, threads, smem, s>>>(p);
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(rows * unsigned(cluster));
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  ATTNSERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kKernel, p));
 }
 
 template <int kThreads>
 void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaStream_t s) {
   constexpr int kUnroll = 4;
-  switch (plan.select) {
-    case topk_op::Select::sampled_v4:
-      launch_with_smem<topk_detail::v4::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
-      break;
-    case topk_op::Select::sampled:
-      launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.smem, s);
-      break;
-    default: topk_detail::topk_global_kernel<kThreads><<<rows, kThreads, 0, s>>>(p);
-  }
+  if (plan.select == topk_op::Select::sampled)
+    launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.cluster, plan.smem,
+                                                                          s);
+  else topk_detail::topk_global_kernel<kThreads><<<rows, kThreads, 0, s>>>(p);
 }
 
-topk_op::Tuning tuning_of(TopkPath path) {
-  switch (path) {
-    case TopkPath::global: return {.select = topk_op::Select::global};
-    case TopkPath::sampled:
-    case TopkPath::sampled_prefetch:
-    case TopkPath::sampled_match_any: return {.select = topk_op::Select::sampled};
-    case TopkPath::sampled_v4: return {.select = topk_op::Select::sampled_v4};
-    default: return {};
-  }
-}
-topk_op::Tuning tuning_of(TopkPath path, int threads) {
-  topk_op::Tuning t = tuning_of(path);
+topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster) {
+  topk_op::Tuning t;
+  if (path == TopkPath::global) t.select = topk_op::Select::global;
+  if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
   t.threads = threads;
+  t.cluster = cluster;
   return t;
 }
 
@@ -83,6 +125,8 @@ void set_topk_path(TopkPath path) { g_topk_path = path; }
 TopkPath topk_path() { return g_topk_path; }
 void set_topk_debug_stop(int stop) { g_debug_stop = stop; }
 void set_topk_threads(int threads) { g_threads = threads; }
+void set_topk_cluster(int ctas) { g_cluster = ctas; }
+void set_topk_direct_emit(bool direct) { g_direct_emit = direct; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -93,7 +137,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
   const topk_op::Plan plan =
-      topk_op::make_plan(topk_op::problem_of(a), current_device_caps(), tuning_of(g_topk_path, g_threads));
+      topk_op::make_plan(topk_op::problem_of(a), current_device_caps(), tuning_of(g_topk_path, g_threads, g_cluster));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -127,13 +171,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   cudaStream_t s = to_cuda(stream);
   // topk_op::make_plan: 1024 threads stream long rows, 256 let several short rows share an SM.
   const bool wide = plan.kernel == topk_op::Kernel::rows_1024;
-  // Optional L2 prefetch per row (sampled kernel): ~40 MB over the rows resident at once, at most 1 MB
-  // each. Off by default: 128 x 64K took 37.5 us with it against 33.5 without (f1b581d, H200).
-  if (g_topk_path == TopkPath::sampled_prefetch) {
-    const int64_t resident = std::min<int64_t>(rows, int64_t(current_device_caps().num_sms) * (wide ? 1 : 4));
-    p.prefetch_bytes = std::min<int64_t>((int64_t(40) << 20) / std::max<int64_t>(resident, 1), int64_t(1) << 20);
-  }
-  p.hist_mode = g_topk_path == TopkPath::sampled_match_any ? 1 : 0;
+  p.direct_emit = g_direct_emit ? 1 : 0;
   p.debug_stop = g_debug_stop;
   if (wide) launch<1024>(plan, p, unsigned(rows), s);
   else launch<256>(plan, p, unsigned(rows), s);

@@ -33,9 +33,8 @@ struct TopkParams {
   int64_t num_requests;
   const int32_t* offsets;  // ragged: [rows]
   int64_t offset_stride;
-  int64_t prefetch_bytes;  // sampled kernel: bytes of each row prefetched into L2 at its start
-  int hist_mode;   // sampled kernel's candidate histograms: 0 atomics (one per warp if all lanes agree), 1 match_any
-  int debug_stop;  // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
+  int direct_emit;  // benchmarks only: the sampled kernel stores its outputs directly (no shared-memory staging)
+  int debug_stop;   // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,

@@ -149,7 +149,7 @@ __device__ __forceinline__ void radix_select_global(const TopkParams& p, int64_t
   }
 }
 
-// The same, not inlined: the fallback of the v4 sampled kernel (topk_sampled_v4.cuh), kept out of its
+// The same, not inlined: the fallback of the sampled kernel (topk_sampled.cuh), kept out of its
 // register allocation (inlined, it cost the streaming loop ~36 bytes of spills at 64 registers). p must
 // be a __grid_constant__ parameter.
 template <int kThreads>

@@ -1,26 +1,46 @@
-// Top-k of one row by one CTA in one read of the row from HBM: a sampled threshold, one filtering pass
-// into shared memory, then an exact radix select on the candidates in shared memory.
+// The sampled top-k kernel (topk_op::Select::sampled, the plan's default): v3 of session 3 (1b81f8d) with
+// every shared-memory loop over the candidates on 16-byte quads (v4 of session 4, 4d5707c), the emit staged
+// in shared memory and written with 16-byte stores, and (sm_90) a row split over a thread-block cluster.
+// The session-3 kernel (v2) and v3 are removed: this one measured as fast or faster on every shape
+// (bench/NOTES.md, sessions 4 and 6).
 //
-//   1. Rows of at most kExactMax (4096) elements: the whole row goes to shared memory as candidates.
-//      Longer rows: a sample of 32 evenly spaced chunks of 128 elements (4096 values, one 16-byte load
-//      per thread at 1024 threads), and a radix select on the sample's keys picks a key t such that about
+// Top-k of one row by one CTA (or one cluster of CTAs) in one read of the row from HBM: a sampled threshold, one
+// filtering pass into shared memory, then an exact radix select on the candidates in shared memory.
+//
+//   1. Rows of at most kExactMax (4096) values: the whole row goes to shared memory as candidates, densely
+//      (no compaction; the holes of a partial last step hold sentinels that rank below every value).
+//      Longer rows: a sample of 32 evenly spaced chunks of 128 values (4096, one 16-byte load per thread at
+//      1024 threads), and a radix select on the sample's keys picks a key t such that about
 //      r = k_s + 5 sqrt(k_s) + 16 sample values are >= t, k_s = k * 4096 / len (the sample's share of k):
 //      count(row >= t) is then >= k with a margin of ~5 standard deviations for exchangeable scores.
-//   2. One pass over the row with 16-byte loads (kUnroll per thread in flight): every value with
-//      key >= t goes to its warp's segment of shared memory (key and position, kSegCap per warp; warps
-//      take 128-element steps round robin, so a hot region of the row spreads over all of them). No
-//      atomics, no barrier in the loop: a ballot gives each lane its slot.
+//   2. One pass over the row with 16-byte loads (kUnroll per thread in flight): every value >= t (a float
+//      compare) goes to its warp's segment of shared memory (raw bits and position, kSegCap per warp;
+//      warps take 128-value steps round robin, so a hot region of the row spreads over all of them). No
+//      atomics, no barrier in the loop: each lane counts its candidates among 8 values, and four ballots
+//      (the bits of the counts) give every lane its slots.
 //   3. If the candidates number at least k and no segment overflowed, the top k of the row are the top k
-//      of the candidates: a radix select on the 64-bit composite (key << 32 | (2^31 - 1 - position))
-//      in shared memory, 12/12/8 bits of the key then 12/12/7 of the position, stopping as soon as the
-//      threshold bin is taken whole. Composites are distinct, so exactly k candidates are >= the
-//      threshold, and equal keys go to the lower positions. Otherwise (adversarial rows: a sample that
-//      misses the top, or more than kSegCap candidates for a warp, e.g. all-equal rows), the row goes to
-//      radix_select_global (topk_radix_global.cuh), which is exact for any input.
+//      of the candidates. The segments' bits become keys in place, then a radix select in shared memory:
+//      12/12/8 bits of the key, then (only when the k-th key is tied) 12/12/7 bits of 2^31 - 1 - position,
+//      stopping as soon as the threshold bin is taken whole. (key, position) pairs are distinct, so exactly
+//      k candidates are selected, and equal keys go to the lower positions. Otherwise (adversarial rows: a
+//      sample that misses the top, more than kSegCap candidates for a warp, e.g. all-equal rows), the row
+//      goes to radix_select_global (topk_radix_global.cuh), which is exact for any input.
 //   4. Emit: each warp counts its selected candidates, a prefix over warps gives its output offset, and a
 //      ballot orders its lanes: the output order depends only on the data (deterministic, not sorted).
+//      Contiguous outputs (column stride 1, k <= kBins - 3) are staged in the free histogram and written
+//      by all threads with 16-byte stores; others are stored directly, 4 bytes at a time.
+// Cluster rows (sm_90, plan.cluster > 1 CTAs per row, long rows only): every CTA of the cluster computes
+// the same sample threshold (the same 4096 values, the same code), filters 1/nranks of the row's
+// 128-value steps into its own segments, and after a cluster barrier copies them into CTA 0's segment of
+// the same warp, after the lower ranks' entries (counts read over DSMEM: deterministic placement); after
+// a second barrier CTA 0 selects and emits alone, the others exit. A row whose segments would overflow
+// in CTA 0 goes to the exact fallback in CTA 0.
 // Shared memory: kWarps * kSegCap * 8 bytes of candidates + the 16 KB histogram (152 KB at 1024 threads,
 // 50 KB at 256).
+// Measured (H200, 7a32edf, phase stops of bench_topk): at 1024 threads the smem phases cost ~40 instructions
+// per candidate and pass with the 64-bit composite and the warp-synchronous histogram loop; this version
+// keeps 32-bit keys, plain shared atomics and per-thread loops there (ncu 4e2b6ac: v3 was issue-bound,
+// 21 K warp instructions per 4096-value row, the select and the emit 80 % of the time).
 #pragma once
 #include "cuda/topk/sm80/topk_radix_global.cuh"
 
@@ -31,11 +51,13 @@ constexpr int kSampleChunks = 32;
 constexpr int kSampleQuads = 32;                               // 128 values per chunk
 constexpr int kSampleSize = kSampleChunks * kSampleQuads * 4;  // 4096
 constexpr int kExactMax = 4096;                                // rows up to this length are loaded whole
+constexpr uint32_t kSentinelBits = 0x7fc00000u;                // NaN: key 0
+constexpr uint32_t kSentinelPos = 0x7fffffffu;                 // 2^31 - 1 - pos = 0: below every real position
 
 template <int kThreads>
 struct SampledSmem {
   static constexpr int kWarps = kThreads / 32;
-  uint32_t bits[kWarps * kSegCap];  // the candidates' raw float bits (the key is derived when read)
+  uint32_t bits[kWarps * kSegCap];  // the candidates' raw float bits, then (select) their keys
   uint32_t pos[kWarps * kSegCap];
   alignas(16) uint32_t hist[kBins];  // 16-byte aligned: find_bin reads uint4
   uint32_t warp[2][kWarps];
@@ -43,65 +65,111 @@ struct SampledSmem {
   BinPick pick;
 };
 
-// The composite rank of a candidate: larger ranks first; distinct for distinct positions.
-__device__ __forceinline__ uint64_t composite(uint32_t bits, uint32_t pos) {
-  return (uint64_t(topk_key(__uint_as_float(bits))) << 32) | uint64_t(0x7fffffffu - pos);
-}
+__device__ __forceinline__ uint32_t shr32(uint32_t x, int s) { return s >= 32 ? 0u : x >> s; }
 
-// One histogram pass over the candidates of every warp's segment: the digit (c >> shift) & mask of the
-// candidates whose bits above prev_shift equal `prefix` (all of them when prev_shift == 64).
-// `key_only`: the composite's position half is ignored (the sample). Ends with a barrier.
-template <int kThreads>
-__device__ inline void candidate_histogram(SampledSmem<kThreads>& S, bool key_only, int prev_shift, uint64_t prefix,
-                                           int shift, uint32_t mask, int hist_mode) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int b = tid; b < kBins; b += kThreads) S.hist[b] = 0;
-  __syncthreads();
-  const uint32_t n = S.cnt[warp];  // <= kSegCap here
-  const uint32_t* bits = S.bits + warp * kSegCap;
-  const uint32_t* pos = S.pos + warp * kSegCap;
-  for (uint32_t base = 0; base < n; base += 32) {  // warp-uniform trip count
-    const uint32_t i = base + lane;
-    bool take = i < n;
-    uint32_t d = 0;
-    if (take) {
-      const uint64_t c = composite(bits[i], key_only ? 0x7fffffffu : pos[i]);
-      take = prev_shift == 64 || (c >> prev_shift) == prefix;
-      d = uint32_t(c >> shift) & mask;
-    }
-    const unsigned voters = __ballot_sync(ptx::kFullMask, take);
-    if (voters == 0) continue;
-    if (hist_mode == 1) {  // one atomic per distinct bin of the warp
-      if (take) {
-        const unsigned peers = __match_any_sync(voters, d);
-        if (__ffs(peers) - 1 == lane) atomicAdd(&S.hist[d], uint32_t(__popc(peers)));
-      }
-    } else {  // one atomic if every voter has the leader's bin, else one per lane
-      const int leader = __ffs(voters) - 1;
-      const uint32_t leader_d = __shfl_sync(ptx::kFullMask, d, leader);
-      if (__all_sync(ptx::kFullMask, !take || d == leader_d)) {
-        if (lane == leader) atomicAdd(&S.hist[leader_d], uint32_t(__popc(voters)));
-      } else if (take) {
-        atomicAdd(&S.hist[d], 1u);
-      }
-    }
+// The radix-select state over (key, rp = 2^31 - 1 - position): fixed so far are the key bits above kshift
+// (= kprefix) and, once the key is whole (kshift 0), the rp bits above pshift (= pprefix).
+struct SelectState {
+  uint32_t kprefix = 0, pprefix = 0;
+  int kshift = 32, pshift = 31;
+  __device__ __forceinline__ bool matches(uint32_t key, uint32_t rp) const {
+    return shr32(key, kshift) == kprefix && (rp >> pshift) == pprefix;
   }
-  __syncthreads();
-}
+  // Ranked at or above the fixed prefix: the selection once the threshold bin is taken whole.
+  __device__ __forceinline__ bool at_or_above(uint32_t key, uint32_t rp) const {
+    const uint32_t kk = shr32(key, kshift);
+    return kk > kprefix || (kk == kprefix && (rp >> pshift) >= pprefix);
+  }
+};
 
-struct CompositeDigit {
+struct SelectDigit {
+  bool on_pos;
   int shift, width;
 };
-__device__ __forceinline__ CompositeDigit composite_digit(int pass) {
-  // key bits [63:52] [51:40] [39:32], then position bits [30:19] [18:7] [6:0] (bit 31 is always 0)
+__device__ __forceinline__ SelectDigit select_digit(int pass) {
   switch (pass) {
-    case 0: return {52, 12};
-    case 1: return {40, 12};
-    case 2: return {32, 8};
-    case 3: return {19, 12};
-    case 4: return {7, 12};
-    default: return {0, 7};
+    case 0: return {false, 20, 12};
+    case 1: return {false, 8, 12};
+    case 2: return {false, 0, 8};
+    case 3: return {true, 19, 12};
+    case 4: return {true, 7, 12};
+    default: return {true, 0, 7};
   }
+}
+
+// One histogram pass over the keys in every warp's segment (S.cnt[w] <= kSegCap entries each): the digit
+// of the entries that match `st`. Plain shared atomics, per-thread loops over 16-byte quads of entries
+// (segments are 16-byte aligned: kSegCap * 4 bytes is a multiple of 16). Ends with a barrier.
+template <int kThreads>
+__device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
+  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+  const uint32_t n = S.cnt[warp];
+  const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
+  const uint4* pos4 = reinterpret_cast<const uint4*>(S.pos + warp * kSegCap);
+  const uint32_t mask = (1u << dg.width) - 1u;
+  if (!dg.on_pos) {
+    for (uint32_t q = lane; 4 * q < n; q += 32) {
+      const uint4 k4 = key4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < n && shr32(kk[e], st.kshift) == st.kprefix) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
+    }
+  } else {
+    for (uint32_t q = lane; 4 * q < n; q += 32) {
+      const uint4 k4 = key4[q], p4 = pos4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w}, pp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t rp = 0x7fffffffu - pp[e];
+        if (4 * q + e < n && st.matches(kk[e], rp)) atomicAdd(&S.hist[(rp >> dg.shift) & mask], 1u);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Radix select over the segments' keys (positions when `with_pos`): the state whose at_or_above() holds for
+// exactly `need` entries (with_pos), or, for the sample (!with_pos), a key prefix holding at least `need`
+// entries and at most need / 2 more (or the exact key). Every thread calls it; ends after a barrier.
+template <int kThreads>
+__device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos) {
+  SelectState st;
+  const uint32_t r = need;
+  for (int pass = 0; pass < (with_pos ? 6 : 3); ++pass) {
+    const SelectDigit dg = select_digit(pass);
+    candidate_histogram<kThreads>(S, st, dg);
+    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    need -= pick.above;
+    if (!dg.on_pos) {
+      st.kprefix = (st.kprefix << (st.kshift - dg.shift)) | pick.digit;
+      st.kshift = dg.shift;
+    } else {
+      st.pprefix = (st.pprefix << (st.pshift - dg.shift)) | pick.digit;
+      st.pshift = dg.shift;
+    }
+    if (pick.count == need) break;                // the bin is taken whole (always by the last pass with positions)
+    if (!with_pos && pick.count <= r / 2) break;  // the sample: a thin bin is precise enough
+  }
+  return st;
+}
+
+// Converts each warp's segment from raw float bits to keys, in place (every entry is read by its own warp).
+template <int kThreads>
+__device__ inline void segment_bits_to_keys(SampledSmem<kThreads>& S) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t n = S.cnt[warp];
+  uint4* b4 = reinterpret_cast<uint4*>(S.bits + warp * kSegCap);
+  for (uint32_t q = lane; 4 * q < n; q += 32) {  // entries past n in the last quad: converted, never read
+    uint4 v = b4[q];
+    v.x = topk_key(__uint_as_float(v.x)), v.y = topk_key(__uint_as_float(v.y));
+    v.z = topk_key(__uint_as_float(v.z)), v.w = topk_key(__uint_as_float(v.w));
+    b4[q] = v;
+  }
+  __syncwarp();
 }
 
 // The float f with key(x) >= t <=> x >= f for every non-NaN x (t > 0): -inf up to key(-inf); a NaN
@@ -111,33 +179,170 @@ __device__ __forceinline__ float key_threshold_float(uint32_t t) {
   return __uint_as_float(t >= 0x80000000u ? t ^ 0x80000000u : ~t);
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+__device__ __forceinline__ uint32_t warp_sum(uint32_t v) { return __reduce_add_sync(ptx::kFullMask, v); }
 
+// ---- thread-block clusters (sm_90; compiled out below, where every launch is one CTA per row)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kHaveClusters = true;
+__device__ __forceinline__ uint32_t cluster_ctas() {
+  uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster: shared-memory writes before it are visible to all after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The generic address of the same shared-memory location in CTA `rank` of the cluster (DSMEM).
+template <typename T>
+__device__ __forceinline__ T* in_rank(T* p, uint32_t rank) {
+  uint64_t out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<T*>(out);
+}
+#else
+constexpr bool kHaveClusters = false;
+__device__ __forceinline__ uint32_t cluster_ctas() { return 1u; }
+__device__ __forceinline__ uint32_t cluster_rank() { return 0u; }
+__device__ __forceinline__ void cluster_sync() {}
+template <typename T>
+__device__ __forceinline__ T* in_rank(T* p, uint32_t) {
+  return p;
+}
+#endif
+
+// Cluster rows, after every CTA filtered its share into its own segments (S.cnt set, block barrier done):
+// CTA r's warp-w entries go to CTA 0's warp-w segment after those of ranks < r, unless some warp-w total
+// (over the ranks) exceeds kSegCap: then nothing moves, and the total returned (this warp's entries over
+// the ranks, CTA 0's new S.cnt[warp]) shows the overflow, which sends the row to the exact fallback.
+// Every CTA calls it (warp counts <= 32 ranks); it ends after the second cluster barrier, after which no
+// CTA touches another's shared memory.
+template <int kThreads>
+__device__ inline uint32_t gather_into_rank0(SampledSmem<kThreads>& S, uint32_t rank, uint32_t nranks) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  cluster_sync();  // A: every CTA's S.cnt is final
+  const uint32_t mine = S.cnt[warp];
+  const uint32_t c = uint32_t(lane) < nranks ? *in_rank(&S.cnt[warp], uint32_t(lane)) : 0u;
+  const uint32_t total_w = warp_sum(c);
+  const uint32_t before = warp_sum(uint32_t(lane) < rank ? c : 0u);   // entries of the lower ranks
+  const bool fits = __syncthreads_and(total_w <= uint32_t(kSegCap));  // block-uniform, equal in every rank
+  if (fits && rank != 0) {
+    uint32_t* dst_bits = in_rank(S.bits + warp * kSegCap + before, 0u);
+    uint32_t* dst_pos = in_rank(S.pos + warp * kSegCap + before, 0u);
+    const uint32_t* src_bits = S.bits + warp * kSegCap;
+    const uint32_t* src_pos = S.pos + warp * kSegCap;
+    for (uint32_t i = lane; i < mine; i += 32) {
+      dst_bits[i] = src_bits[i];
+      dst_pos[i] = src_pos[i];
+    }
+  }
+  cluster_sync();  // B: the copies landed in CTA 0; the counts were read
+  return total_w;
+}
+
+// Emit step 4's k outputs: each selected entry's value goes to its slot (the warps' prefix plus the lane
+// order), directly to global memory or (contiguous rows) staged in S.hist, then written by 16-byte stores.
+template <int kThreads>
+__device__ inline void emit_selected(const TopkParams& p, int64_t row, const RowView& rv, SampledSmem<kThreads>& S,
+                                     const SelectState& st) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int k = p.k;
+  const uint32_t n = S.cnt[warp];
+  const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
+  const uint4* pos4 = reinterpret_cast<const uint4*>(S.pos + warp * kSegCap);
+  // Staging: output i at S.hist[i + pad], so outputs from the first 16-byte boundary on are read as quads.
+  const uint32_t out_misalign = (uint32_t(reinterpret_cast<uintptr_t>(rv.out)) & 15u) >> 2;  // int32 aligned
+  const uint32_t head = (4u - out_misalign) & 3u;  // outputs before the first 16-byte boundary
+  const uint32_t pad = (4u - head) & 3u;
+  const bool staged = p.out_col_stride == 1 && k + 3 <= kBins && !p.direct_emit;
+  // The selected entries of quad q among its first n - 4q: bit e for entry 4q + e.
+  auto selected4 = [&](uint32_t q, uint4& p4) {
+    uint32_t m = 0;
+    if (4 * q < n) {
+      const uint4 k4 = key4[q];
+      p4 = pos4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w}, pp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < n && st.at_or_above(kk[e], 0x7fffffffu - pp[e])) m |= 1u << e;
+    }
+    return m;
+  };
+  uint32_t n_sel = 0;
+  for (uint32_t q = lane; 4 * q < n; q += 32) {
+    uint4 p4;
+    n_sel += uint32_t(__popc(selected4(q, p4)));
+  }
+  n_sel = warp_sum(n_sel);
+  if (lane == 0) S.warp[1][warp] = n_sel;
+  __syncthreads();
+  uint32_t slot0 = warp_sum(lane < warp ? S.warp[1][lane] : 0u);  // selected in lower warps' segments
+  for (uint32_t base = 0; base < n; base += 128) {                // warp-uniform trip count
+    uint4 p4 = make_uint4(0u, 0u, 0u, 0u);
+    const uint32_t m = selected4(base / 4 + lane, p4);
+    const uint32_t c = uint32_t(__popc(m));  // 0..4: three bit planes
+    const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
+    const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u);
+    uint32_t slot = slot0 + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
+                    4u * uint32_t(__popc(b2 & lanes_below));
+    slot0 += uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2));
+    const uint32_t pp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if ((m >> e) & 1u) {
+        if (slot < uint32_t(k)) {
+          const int32_t v = value_of(p, row, rv.request, int64_t(pp[e]));
+          if (staged) S.hist[slot + pad] = uint32_t(v);
+          else rv.out[int64_t(slot) * p.out_col_stride] = v;
+        }
+        ++slot;
+      }
+    }
+  }
+  if (!staged) return;  // block-uniform
+  __syncthreads();
+  // [0, h) scalar, [h, h + 4 nq) 16-byte stores from 16-byte aligned staging, [h + 4 nq, k) scalar
+  const uint32_t h = head < uint32_t(k) ? head : uint32_t(k);
+  const uint32_t nq = (uint32_t(k) - h) >> 2;
+  int32_t* o = rv.out;
+  if (uint32_t(tid) < h) o[tid] = int32_t(S.hist[tid + pad]);
+  const uint4* src4 = reinterpret_cast<const uint4*>(S.hist + h + pad);
+  uint4* dst4 = reinterpret_cast<uint4*>(o + h);
+  for (uint32_t q = tid; q < nq; q += kThreads) dst4[q] = src4[q];
+  const uint32_t t0 = h + 4 * nq + uint32_t(tid);
+  if (t0 < uint32_t(k)) o[t0] = int32_t(S.hist[t0 + pad]);
+}
+
+// One row per CTA (grid = rows), or one row per cluster of nranks CTAs (grid = rows * nranks, sm_90).
 template <int kThreads, int kUnroll>
 __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
-    topk_sampled_kernel(TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
+    topk_sampled_kernel(const __grid_constant__ TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
+  static_assert(kUnroll % 2 == 0, "values are compacted 8 per lane");
   extern __shared__ uint4 smem_raw[];
   SampledSmem<kThreads>& S = *reinterpret_cast<SampledSmem<kThreads>*>(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const int64_t row = blockIdx.x;
+  const uint32_t nranks = cluster_ctas(), rank = cluster_rank();  // 1, 0 without a cluster launch
+  const int64_t row = blockIdx.x / nranks;
   const RowView rv = row_view(p, row);
   const int64_t len = rv.len;
   const int k = p.k;
   if (len <= k) {
-    emit_identity<kThreads>(p, row, rv);
+    if (rank == 0) emit_identity<kThreads>(p, row, rv);
     return;
   }
+  // Rows loaded whole are CTA 0's alone (every CTA of a cluster returns here or below together: the row
+  // decides, and it is the same row).
+  if (len <= kExactMax && rank != 0) return;
   const float* s = rv.s;
   if (p.debug_stop == 1) return;
-
-  // The first p.prefetch_bytes of the row go to L2 now, at the chip's bandwidth rather than this SM's
-  // loads in flight; the sample and its select run meanwhile, and the filter then mostly hits L2.
-  {
-    const int64_t n_pf = (p.prefetch_bytes / 4 < len ? p.prefetch_bytes / 4 : len);                 // values
-    for (int64_t j = int64_t(tid) * 32; j < n_pf; j += int64_t(kThreads) * 32) prefetch_l2(s + j);  // a line each
-  }
 
   // The row as 16-byte quads: [0, head) scalar, [head, head + 4 nq) quads, [tail, len) scalar.
   int32_t head = int32_t(((16u - (uint32_t(reinterpret_cast<uintptr_t>(s)) & 15u)) & 15u) >> 2);
@@ -145,60 +350,13 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   const int32_t nq = int32_t((len - head) >> 2);
   const int32_t tail = head + 4 * nq;
   const float4* q4 = reinterpret_cast<const float4*>(s + head);
-
-  // ---- 1. the threshold key t (0: every value is a candidate, NaN included)
-  uint32_t t = 0;
-  if (len > kExactMax) {  // here nq >= 1023: the chunks lie inside the quads, barely overlapping at worst
-    constexpr int kChunksPerWarp = kSampleChunks / kWarps;
-    static_assert(kSampleChunks % kWarps == 0 && kChunksPerWarp * kSampleQuads * 4 <= kSegCap, "sample layout");
-    float4 v[kChunksPerWarp];
-#pragma unroll
-    for (int c = 0; c < kChunksPerWarp; ++c) {
-      const int chunk = warp + c * kWarps;
-      const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
-      v[c] = __ldg(q4 + q0 + lane);
-    }
-    uint32_t* sb = S.bits + warp * kSegCap;
-#pragma unroll
-    for (int c = 0; c < kChunksPerWarp; ++c) {
-      sb[c * 128 + 0 * 32 + lane] = __float_as_uint(v[c].x);
-      sb[c * 128 + 1 * 32 + lane] = __float_as_uint(v[c].y);
-      sb[c * 128 + 2 * 32 + lane] = __float_as_uint(v[c].z);
-      sb[c * 128 + 3 * 32 + lane] = __float_as_uint(v[c].w);
-    }
-    if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
-    __syncthreads();
-    if (p.debug_stop == 2) return;
-    const float ks = float(k) * float(kSampleSize) / float(4 * nq);
-    const float rf = ks + 5.f * sqrtf(ks) + 16.f;
-    if (rf < float(kSampleSize)) {
-      const uint32_t r = uint32_t(rf);
-      uint32_t need = r;
-      uint64_t prefix = 0;
-      int prev_shift = 64;
-      for (int pass = 0; pass < 3; ++pass) {
-        const CompositeDigit dg = composite_digit(pass);
-        candidate_histogram<kThreads>(S, true, prev_shift, prefix, dg.shift, (1u << dg.width) - 1u, p.hist_mode);
-        const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
-        need -= pick.above;
-        prefix = prev_shift == 64 ? uint64_t(pick.digit) : (prefix << (prev_shift - dg.shift)) | pick.digit;
-        prev_shift = dg.shift;
-        // Stop once the bin is thin: t is its lower edge, so at most pick.count extra sample values.
-        if (pick.count == need || pick.count <= r / 2) break;
-      }
-      t = uint32_t((prefix << prev_shift) >> 32);
-    }
-    // Everything read from the sample was read before find_bin's last barrier: the segments are free.
-  }
-  if (p.debug_stop == 3) return;
-
-  // ---- 2. filter: values with key >= t (x >= tf as floats) into the warp's segment.
-  const bool take_all = t == 0;
-  const float tf = key_threshold_float(t);
-  uint32_t cnt = 0;  // warp-uniform
+  const int32_t steps = (nq + 31) >> 5;  // 32 quads (128 values) per step; warp w takes steps w, w + kWarps, ...
   uint32_t* seg_bits = S.bits + warp * kSegCap;
   uint32_t* seg_pos = S.pos + warp * kSegCap;
-  auto push = [&](bool cand, float x, uint32_t pos) {
+  uint32_t cnt = 0;  // warp-uniform: entries of this warp's segment
+
+  // Appends the lanes' flagged values (warp-synchronous), in lane order.
+  auto push1 = [&](bool cand, float x, uint32_t pos) {
     const unsigned m = __ballot_sync(ptx::kFullMask, cand);
     if (cand) {
       const uint32_t i = cnt + uint32_t(__popc(m & lanes_below));
@@ -209,30 +367,122 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     }
     cnt += uint32_t(__popc(m));
   };
-  if (warp == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
-    int32_t j = -1;
-    if (lane < head) j = lane;
-    else if (lane >= 8 && tail + (lane - 8) < len) j = tail + (lane - 8);
-    const float x = j >= 0 ? __ldg(s + j) : 0.f;
-    push(j >= 0 && (take_all || x >= tf), x, uint32_t(j));
-  }
-  const int32_t steps = (nq + 31) >> 5;  // 32 quads per step
-  for (int32_t s0 = warp; s0 < steps; s0 += kWarps * kUnroll) {
-    float4 v[kUnroll];
+
+  if (len <= kExactMax) {
+    // ---- exact regime: every value is a candidate, stored densely at step * 128 + 4 * lane + component.
+    // Steps per warp <= 4 (<= 32 steps over >= 8 warps): at most 512 entries + the extras of warp 0.
+    constexpr int kExactSteps = (kExactMax / 128 + kWarps - 1) / kWarps;  // 4 at 256 threads, 1 at 1024
+    float4 v[kExactSteps];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int32_t q = (s0 + u * kWarps) * 32 + lane;
-      v[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < kExactSteps; ++j) {  // every load in flight before the first store
+      const int32_t q = (warp + j * kWarps) * 32 + lane;
+      v[j] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int32_t q = (s0 + u * kWarps) * 32 + lane;
+    for (int j = 0; j < kExactSteps; ++j) {
+      if (warp + j * kWarps >= steps) break;  // warp-uniform
+      const int32_t q = (warp + j * kWarps) * 32 + lane;
       const bool valid = q < nq;
       const uint32_t pos = uint32_t(head + 4 * q);
-      push(valid && (take_all || v[u].x >= tf), v[u].x, pos);
-      push(valid && (take_all || v[u].y >= tf), v[u].y, pos + 1);
-      push(valid && (take_all || v[u].z >= tf), v[u].z, pos + 2);
-      push(valid && (take_all || v[u].w >= tf), v[u].w, pos + 3);
+      reinterpret_cast<uint4*>(seg_bits + j * 128)[lane] =
+          valid ? make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z),
+                             __float_as_uint(v[j].w))
+                : make_uint4(kSentinelBits, kSentinelBits, kSentinelBits, kSentinelBits);
+      reinterpret_cast<uint4*>(seg_pos + j * 128)[lane] =
+          valid ? make_uint4(pos, pos + 1, pos + 2, pos + 3)
+                : make_uint4(kSentinelPos, kSentinelPos, kSentinelPos, kSentinelPos);
+      cnt += 128u;
+    }
+    if (warp == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+      int32_t jj = -1;
+      if (lane < head) jj = lane;
+      else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+      push1(jj >= 0, jj >= 0 ? __ldg(s + jj) : 0.f, uint32_t(jj));
+    }
+    if (p.debug_stop == 3) return;
+  } else {
+    // ---- 1. the sample and its threshold t (every CTA of a cluster the same). Here nq >= 1023: the
+    // chunks lie inside the quads.
+    constexpr int kChunksPerWarp = kSampleChunks / kWarps;
+    static_assert(kSampleChunks % kWarps == 0 && kChunksPerWarp * kSampleQuads * 4 <= kSegCap, "sample layout");
+    float4 v[kChunksPerWarp];
+#pragma unroll
+    for (int c = 0; c < kChunksPerWarp; ++c) {
+      const int chunk = warp + c * kWarps;
+      const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
+      v[c] = __ldg(q4 + q0 + lane);
+    }
+#pragma unroll
+    for (int c = 0; c < kChunksPerWarp; ++c)  // keys directly: the sample is only ranked
+      reinterpret_cast<uint4*>(seg_bits + c * 128)[lane] =
+          make_uint4(topk_key(v[c].x), topk_key(v[c].y), topk_key(v[c].z), topk_key(v[c].w));
+    if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
+    __syncthreads();
+    if (p.debug_stop == 2) return;
+    uint32_t t = 0;
+    const float ks = float(k) * float(kSampleSize) / float(4 * nq);
+    const float rf = ks + 5.f * sqrtf(ks) + 16.f;
+    if (rf < float(kSampleSize)) {
+      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false);
+      t = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // the lower edge of the chosen key bin
+    }
+    // Everything read from the sample was read before find_bin's last barrier: the segments are free.
+    if (p.debug_stop == 3) return;
+
+    // ---- 2. filter: values x >= tf (key >= t; t == 0: everything, NaN included) into the warp's segment.
+    // Global warp gw = rank * kWarps + warp of the cluster takes steps gw, gw + nranks * kWarps, ...
+    const bool take_all = t == 0;
+    const float tf = key_threshold_float(t);
+    if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+      int32_t jj = -1;
+      if (lane < head) jj = lane;
+      else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+      const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
+      push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
+    }
+    const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
+    for (int32_t s0 = int32_t(rank) * kWarps + warp; s0 < steps; s0 += wstride * kUnroll) {
+      float4 v4[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int32_t q = (s0 + u * wstride) * 32 + lane;
+        v4[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int g = 0; g < kUnroll; g += 2) {  // 8 values per lane: two quads
+        const int32_t qa = (s0 + g * wstride) * 32 + lane, qb = qa + wstride * 32;
+        const float x[8] = {v4[g].x, v4[g].y, v4[g].z, v4[g].w, v4[g + 1].x, v4[g + 1].y, v4[g + 1].z, v4[g + 1].w};
+        uint32_t m8 = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (take_all || x[e] >= tf) m8 |= 1u << e;
+        if (qa >= nq) m8 &= 0xf0u;
+        if (qb >= nq) m8 &= 0x0fu;
+        const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
+        const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
+        const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
+        if ((b0 | b1 | b2 | b3) == 0) continue;
+        uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
+                       4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
+        cnt += uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2)) + 8u * uint32_t(__popc(b3));
+        const uint32_t pa = uint32_t(head + 4 * qa), pb = uint32_t(head + 4 * qb);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if ((m8 >> e) & 1u) {
+            if (off < uint32_t(kSegCap)) {
+              seg_bits[off] = __float_as_uint(x[e]);
+              seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
+            }
+            ++off;
+          }
+        }
+      }
+    }
+    if (kHaveClusters && nranks > 1) {  // cluster-uniform: the CTAs' candidates into CTA 0
+      if (lane == 0) S.cnt[warp] = cnt;
+      __syncthreads();
+      cnt = gather_into_rank0<kThreads>(S, rank, nranks);  // CTA 0: its warp's entries over the cluster
+      if (rank != 0) return;
     }
   }
   if (lane == 0) S.cnt[warp] = cnt;
@@ -246,49 +496,17 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   }
   if (p.debug_stop == 4) return;
   if (overflow || total < uint32_t(k)) {  // block-uniform: the exact multi-pass path
-    radix_select_global<kThreads>(p, row, rv, S.hist, S.warp, &S.pick);
+    radix_select_global_fallback<kThreads>(p, row, rv, S.hist, S.warp, &S.pick);
     return;
   }
 
-  // ---- 3. exact radix select on the candidates' composites
-  uint32_t need = uint32_t(k);
-  uint64_t prefix = 0;
-  int prev_shift = 64;
-  for (int pass = 0; pass < 6; ++pass) {
-    const CompositeDigit dg = composite_digit(pass);
-    candidate_histogram<kThreads>(S, false, prev_shift, prefix, dg.shift, (1u << dg.width) - 1u, p.hist_mode);
-    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
-    need -= pick.above;
-    prefix = prev_shift == 64 ? uint64_t(pick.digit) : (prefix << (prev_shift - dg.shift)) | pick.digit;
-    prev_shift = dg.shift;
-    if (pick.count == need) break;  // always by the last pass: composites are distinct
-  }
-  // Selected: composite >> prev_shift >= prefix (exactly k candidates).
+  // ---- 3. exact radix select on (key, position)
+  segment_bits_to_keys<kThreads>(S);
+  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true);
   if (p.debug_stop == 5) return;
 
-  // ---- 4. emit, in segment order
-  const uint32_t n = S.cnt[warp];
-  uint32_t n_sel = 0;
-  for (uint32_t base = 0; base < n; base += 32) {
-    const uint32_t i = base + lane;
-    const bool sel = i < n && (composite(seg_bits[i], seg_pos[i]) >> prev_shift) >= prefix;
-    n_sel += uint32_t(__popc(__ballot_sync(ptx::kFullMask, sel)));
-  }
-  if (lane == 0) S.warp[1][warp] = n_sel;
-  __syncthreads();
-  uint32_t slot0 = 0;
-  for (int w = 0; w < warp; ++w) slot0 += S.warp[1][w];
-  for (uint32_t base = 0; base < n; base += 32) {
-    const uint32_t i = base + lane;
-    const bool sel = i < n && (composite(seg_bits[i], seg_pos[i]) >> prev_shift) >= prefix;
-    const unsigned m = __ballot_sync(ptx::kFullMask, sel);
-    if (sel) {
-      const uint32_t slot = slot0 + uint32_t(__popc(m & lanes_below));
-      if (slot < uint32_t(k))
-        rv.out[int64_t(slot) * p.out_col_stride] = value_of(p, row, rv.request, int64_t(seg_pos[i]));
-    }
-    slot0 += uint32_t(__popc(m));
-  }
+  // ---- 4. emit, in segment order (quads of entries; deterministic)
+  emit_selected<kThreads>(p, row, rv, S, st);
 }
 
 template <int kThreads>
