@@ -167,7 +167,7 @@ TEST(TreeGpu, BackendVerifyForEveryTreeShapeMatchesCpuBackend) {
     const int n = int(sh.make(g).size());
     if (n == 0) continue;
     SCOPED_TRACE(sh.name);
-    TreeSetup s({200, 0, 33, 513}, n, 16, 600, g, 32, 8, 128, 128, DType::bf16);
+    TreeSetup s({150, 0, 33, 260}, n, 16, 330, g, 32, 8, 128, 128, DType::bf16);
     BackendPair p(s, s.backend_config({.draft_token_num = n, .topk = 4}), nullptr);
     std::vector<int32_t> parents;
     for (int r = 0; r < s.bs; ++r) {
