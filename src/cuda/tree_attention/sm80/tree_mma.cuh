@@ -29,6 +29,7 @@ namespace attnserve::cuda::tree {
 
 constexpr int kMmaWarps = 4;
 constexpr int kMmaRows = 16 * kMmaWarps;  // packed (row, head) rows per CTA
+static_assert(kMmaRows == kTreeMaxKeys, "the slot and row tables are filled one entry per thread of two warps");
 
 // Positions of the 16-byte chunks (8 elements) in shared rows, chosen for conflict-free fragment reads.
 // K: a quarter-warp reads chunks 4 kk + t (t < 4) of two adjacent keys (even, odd): odd rows xor 4.
@@ -42,11 +43,6 @@ constexpr std::size_t mma_smem_bytes(int keys_cap) {
   return std::size_t(2 * keys_cap + kMmaRows) * D * sizeof(T);
 }
 
-// The element offset of packed row pr of (request row0, kv head hk) in a [rows, heads, d] tensor.
-__device__ __forceinline__ int64_t packed_offset(int row0, int pr, int hk, int group, int64_t st, int64_t sh) {
-  return int64_t(row0 + pr / group) * st + int64_t(hk * group + pr % group) * sh;
-}
-
 // D: head dim (64 | 128). keys_cap: rows of sK / sV (the launch's shared-memory layout).
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaWarps * 32, 4) tree_attention_mma_kernel(TreeParams<T> p, int keys_cap) {
@@ -55,10 +51,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 4) tree_attention_mma_kernel(T
   constexpr int kKeyTiles = kTreeMaxKeys / 8;   // n-tiles of S
   constexpr int kKeySteps = kTreeMaxKeys / 16;  // k-steps of P V
   constexpr int kOutTiles = D / 8;              // n-tiles of O
+  constexpr int kLaneRows = 32 / kChunks;       // rows one warp-wide 16-byte access covers (2 | 4)
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ int32_t s_slot[kTreeMaxKeys];  // -1: no key (past num_keys, or a slot outside the cache)
-  __shared__ uint32_t s_valid[2];           // bit j: key j exists
-  uint8_t* sK = smem;                       // [keys_cap, D] T
+  __shared__ int32_t s_slot[kTreeMaxKeys];               // -1: no key (past num_keys, or a slot outside the cache)
+  __shared__ uint32_t s_valid[2];                        // bit j: key j exists
+  __shared__ int32_t s_row[kMmaRows], s_head[kMmaRows];  // packed row -> (query row, q head); row -1: none
+  uint8_t* sK = smem;                                    // [keys_cap, D] T
   uint8_t* sV = smem + std::size_t(keys_cap) * D * sizeof(T);  // [keys_cap, D] T
   uint8_t* sO = sV + std::size_t(keys_cap) * D * sizeof(T);    // [kMmaRows, D] T
 
@@ -67,19 +66,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 4) tree_attention_mma_kernel(T
   const int row0 = p.cu_q[r];
   const int packed = (p.cu_q[r + 1] - row0) * group;  // packed rows of (r, hk)
   const int pr_base = blockIdx.x * kMmaRows;
-  if (pr_base >= packed) return;  // uniform over the CTA
-  const int n = p.num_keys[r];
+  if (pr_base >= packed) return;               // uniform over the CTA
+  const int n = min(p.num_keys[r], keys_cap);  // (num_keys <= max_keys by contract; the clamp guards smem)
 
-  // ---- Loads that need nothing: the prefix tile (async), the slots, this thread's Q, masks, prefix LSEs.
-  if (p.prefix_out) {
-    for (int idx = tid; idx < kMmaRows * kChunks; idx += kMmaWarps * 32) {
-      const int lr = idx / kChunks, c = idx - lr * kChunks, pr = pr_base + lr;
-      const bool live = pr < packed;
-      const T* src = live ? p.prefix_out + packed_offset(row0, pr, hk, group, p.po_st, p.po_sh) + 8 * c : p.prefix_out;
-      ptx::cp_async_16(ptx::smem_addr(sO + (lr * kChunks + row_chunk_pos(lr, c)) * 16), src, live ? 16 : 0);
-    }
-  }
-  ptx::cp_async_commit();
+  // ---- Loads that need nothing: the slots and the row table (two warps), this thread's Q, masks, prefix LSEs.
   if (tid < kTreeMaxKeys) {
     int32_t slot = -1;
     if (tid < n) {
@@ -89,44 +79,71 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 4) tree_attention_mma_kernel(T
     s_slot[tid] = slot;
     const uint32_t bits = __ballot_sync(ptx::kFullMask, slot >= 0);
     if (lane == 0) s_valid[warp] = bits;
+    const int pr = pr_base + tid;  // kMmaRows == kTreeMaxKeys: one packed row per thread
+    s_row[tid] = pr < packed ? row0 + pr / group : -1;
+    s_head[tid] = hk * group + pr % group;
   }
-  // This thread's two packed rows: pr[0] (fragment rows lane / 4) and pr[1] = pr[0] + 8.
+  // This thread's two packed rows: fragment rows lane / 4 (i = 0) and lane / 4 + 8 (i = 1) of the warp's 16.
   const int lr0 = warp * 16 + (lane >> 2);
-  const int pr[2] = {pr_base + lr0, pr_base + lr0 + 8};
-  uint4 qf[2][kGroups];  // Q[pr][32 g + 8 t .. + 8]
+  int prow[2], phead[2];
+  uint32_t qa[2 * kGroups][4];  // A fragments of Q, k-step 2 g + {0, 1}: columns 32 g + 8 t + {0,1 | 2,3 | 4,5 | 6,7}
   uint64_t bits[2];
   float lse_prefix[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const bool live = pr[i] < packed;
-    const T* q = p.q + (live ? packed_offset(row0, pr[i], hk, group, p.q_st, p.q_sh) : 0);
+    const int pr = pr_base + lr0 + 8 * i;
+    prow[i] = pr < packed ? row0 + pr / group : -1;
+    phead[i] = hk * group + pr % group;
+    const bool live = prow[i] >= 0;
+    const T* q = p.q + (live ? int64_t(prow[i]) * p.q_st + int64_t(phead[i]) * p.q_sh : 0);
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g)
-      qf[i][g] = live ? *reinterpret_cast<const uint4*>(q + 32 * g + 8 * t) : make_uint4(0u, 0u, 0u, 0u);
-    bits[i] = live ? uint64_t(p.mask[row0 + pr[i] / group]) : 0u;
+    for (int g = 0; g < kGroups; ++g) {
+      const uint4 w = live ? *reinterpret_cast<const uint4*>(q + 32 * g + 8 * t) : make_uint4(0u, 0u, 0u, 0u);
+      qa[2 * g][i] = w.x, qa[2 * g][2 + i] = w.y, qa[2 * g + 1][i] = w.z, qa[2 * g + 1][2 + i] = w.w;
+    }
+    bits[i] = live ? uint64_t(p.mask[prow[i]]) >> (2 * t) : 0u;  // bit 8 nt + e: key 8 nt + 2 t + e
     lse_prefix[i] =
-        live && p.prefix_out ? p.prefix_lse[packed_offset(row0, pr[i], hk, group, p.pl_st, p.pl_sh)] : -INFINITY;
+        live && p.prefix_out ? p.prefix_lse[int64_t(prow[i]) * p.pl_st + int64_t(phead[i]) * p.pl_sh] : -INFINITY;
   }
-  __syncthreads();  // s_slot, s_valid
+  __syncthreads();  // s_slot, s_valid, s_row, s_head
 
-  // ---- Stage the draft keys' K and V (zeros from n up to the 16-key step).
+  // ---- Stage the draft keys' K and V (zeros from n up to the 16-key step): group 1. Then this warp's 16 rows
+  // of the prefix output (group 2, needed only by the epilogue, so it lands while the warp computes).
   const int keys_pad = (n + 15) & ~15;
-  for (int idx = tid; idx < keys_pad * kChunks; idx += kMmaWarps * 32) {
-    const int j = idx / kChunks, c = idx - j * kChunks;
-    const int32_t slot = s_slot[j];
-    const int bytes = slot >= 0 ? 16 : 0;
-    const T* k = slot >= 0 ? p.k + int64_t(slot) * p.k_ss + int64_t(hk) * p.k_sh + 8 * c : p.k;
-    const T* v = slot >= 0 ? p.v + int64_t(slot) * p.v_ss + int64_t(hk) * p.v_sh + 8 * c : p.v;
-    ptx::cp_async_16(ptx::smem_addr(sK + (j * kChunks + k_chunk_pos(j, c)) * 16), k, bytes);
-    ptx::cp_async_16(ptx::smem_addr(sV + (j * kChunks + row_chunk_pos(j, c)) * 16), v, bytes);
+  {
+    constexpr int kStep = kMmaWarps * 32 / kChunks;  // keys one pass over the CTA's threads covers (8 | 16)
+    const int c = tid % kChunks;
+    const T* k_head = p.k + int64_t(hk) * p.k_sh + 8 * c;
+    const T* v_head = p.v + int64_t(hk) * p.v_sh + 8 * c;
+#pragma unroll
+    for (int j0 = 0; j0 < kTreeMaxKeys; j0 += kStep) {
+      if (j0 >= keys_pad) break;  // uniform; keys_pad is a multiple of 16, kStep divides it
+      const int j = j0 + tid / kChunks;
+      const int32_t slot = s_slot[j];
+      const int64_t at = int64_t(max(slot, 0));  // a readable row when there is no key (0 bytes copied)
+      ptx::cp_async_16(ptx::smem_addr(sK + (j * kChunks + k_chunk_pos(j, c)) * 16), k_head + at * p.k_ss,
+                       slot >= 0 ? 16 : 0);
+      ptx::cp_async_16(ptx::smem_addr(sV + (j * kChunks + row_chunk_pos(j, c)) * 16), v_head + at * p.v_ss,
+                       slot >= 0 ? 16 : 0);
+    }
   }
   ptx::cp_async_commit();
-  ptx::cp_async_wait<0>();  // the prefix tile and the keys
+  const int c_lane = lane % kChunks;  // the chunk this lane moves in the warp's row accesses
+  if (p.prefix_out) {
+#pragma unroll
+    for (int it = 0; it < 16 / kLaneRows; ++it) {
+      const int lr = warp * 16 + it * kLaneRows + lane / kChunks, row = s_row[lr];
+      const T* src = p.prefix_out + int64_t(max(row, 0)) * p.po_st + int64_t(s_head[lr]) * p.po_sh + 8 * c_lane;
+      ptx::cp_async_16(ptx::smem_addr(sO + (lr * kChunks + row_chunk_pos(lr, c_lane)) * 16), src, row >= 0 ? 16 : 0);
+    }
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<1>();  // the keys (the prefix tile may still be in flight)
   __syncthreads();
   const uint64_t valid = uint64_t(s_valid[0]) | (uint64_t(s_valid[1]) << 32);
-  bits[0] &= valid, bits[1] &= valid;
+  bits[0] &= valid >> (2 * t), bits[1] &= valid >> (2 * t);
 
-  // ---- S = Q K^T: s[nt] holds keys nt * 8 + 2 t + {0, 1} of rows pr[0] ([0], [1]) and pr[1] ([2], [3]).
+  // ---- S = Q K^T: s[nt] holds keys 8 nt + 2 t + {0, 1} of rows i = 0 ([0], [1]) and i = 1 ([2], [3]).
   float s[kKeyTiles][4];
 #pragma unroll
   for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
@@ -139,34 +156,45 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 4) tree_attention_mma_kernel(T
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       const uint4 kb = *reinterpret_cast<const uint4*>(k_row + k_chunk_pos(j, 4 * g + t) * 16);
-      const uint32_t a0[4] = {qf[0][g].x, qf[1][g].x, qf[0][g].y, qf[1][g].y};  // columns 8 t + {0,1}, {2,3}
-      const uint32_t a1[4] = {qf[0][g].z, qf[1][g].z, qf[0][g].w, qf[1][g].w};  // columns 8 t + {4,5}, {6,7}
-      ptx::mma_16816<T>(s[nt], a0, kb.x, kb.y);
-      ptx::mma_16816<T>(s[nt], a1, kb.z, kb.w);
+      ptx::mma_16816<T>(s[nt], qa[2 * g], kb.x, kb.y);
+      ptx::mma_16816<T>(s[nt], qa[2 * g + 1], kb.z, kb.w);
     }
   }
 
-  // ---- The mask, then softmax over each row's keys (a row lives in one quad of lanes).
+  // ---- Scores in log2 units, the mask, softmax over each row's keys (a row lives in one quad of lanes).
+  if (p.softcap > 0.f) {  // uniform: one branch around the loop
+    const float inv_cap = 1.f / p.softcap;
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = p.softcap * kLog2e * tanhf(s[nt][e] * p.scale * inv_cap);
+  } else {
+    const float scale_log2 = p.scale * kLog2e;
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= scale_log2;
+  }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 #pragma unroll
   for (int nt = 0; nt < kKeyTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1, key = nt * 8 + 2 * t + (e & 1);
-      const float x = (bits[i] >> key) & 1u ? tree_score(s[nt][e], p.scale, p.softcap) : -INFINITY;
+      const int i = e >> 1;
+      const float x = (bits[i] >> (8 * nt + (e & 1))) & 1u ? s[nt][e] : -INFINITY;
       s[nt][e] = x;
       m[i] = fmaxf(m[i], x);
     }
 #pragma unroll
   for (int i = 0; i < 2; ++i) m[i] = ptx::quad_max(m[i]);
+  const float m_use[2] = {m[0] == -INFINITY ? 0.f : m[0], m[1] == -INFINITY ? 0.f : m[1]};  // all masked: w = 0
 #pragma unroll
   for (int nt = 0; nt < kKeyTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1;
-      const float w = s[nt][e] == -INFINITY ? 0.f : expf(s[nt][e] - m[i]);  // m = -inf: every key masked
+      const float w = fast_exp2(s[nt][e] - m_use[e >> 1]);  // exp2(-inf) = 0: masked keys
       s[nt][e] = w;
-      l[i] += w;
+      l[e >> 1] += w;
     }
 #pragma unroll
   for (int i = 0; i < 2; ++i) l[i] = ptx::quad_sum(l[i]);
@@ -198,32 +226,35 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 4) tree_attention_mma_kernel(T
   float scale_tree[2], w_prefix[2] = {0.f, 0.f}, lse[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    lse[i] = l[i] > 0.f ? m[i] + logf(l[i]) : -INFINITY;
+    lse[i] = l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
     float w_tree = 1.f;
     if (p.prefix_out) merge_weights(lse_prefix[i], lse[i], w_prefix[i], w_tree);
     scale_tree[i] = (l[i] > 0.f ? 1.f / l[i] : 0.f) * w_tree;
   }
+  ptx::cp_async_wait<0>();  // this lane's part of the prefix tile
+  __syncwarp();             // ... and the other lanes' (the warp's 16 rows of sO are its own)
 #pragma unroll
   for (int nt = 0; nt < kOutTiles; ++nt)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int lr = lr0 + 8 * i;  // columns nt * 8 + 2 t + {0, 1}: word t of chunk nt
+      const int lr = lr0 + 8 * i;  // columns 8 nt + 2 t + {0, 1}: word t of chunk nt
       uint32_t* w = reinterpret_cast<uint32_t*>(sO + (lr * kChunks + row_chunk_pos(lr, nt)) * 16) + t;
       const float2 pv = p.prefix_out ? unpack2<T>(*w) : make_float2(0.f, 0.f);
       *w = ptx::pack2<T>(fmaf(w_prefix[i], pv.x, o[nt][2 * i] * scale_tree[i]),
                          fmaf(w_prefix[i], pv.y, o[nt][2 * i + 1] * scale_tree[i]));
     }
-  __syncwarp();  // the warp's 16 rows of sO are its own
-  for (int idx = lane; idx < 16 * kChunks; idx += 32) {
-    const int lr = warp * 16 + idx / kChunks, c = idx % kChunks, row_pr = pr_base + lr;
-    if (row_pr >= packed) continue;
-    *reinterpret_cast<uint4*>(p.out + packed_offset(row0, row_pr, hk, group, p.o_st, p.o_sh) + 8 * c) =
-        *reinterpret_cast<const uint4*>(sO + (lr * kChunks + row_chunk_pos(lr, c)) * 16);
+  __syncwarp();
+#pragma unroll
+  for (int it = 0; it < 16 / kLaneRows; ++it) {
+    const int lr = warp * 16 + it * kLaneRows + lane / kChunks, row = s_row[lr];
+    if (row < 0) continue;
+    *reinterpret_cast<uint4*>(p.out + int64_t(row) * p.o_st + int64_t(s_head[lr]) * p.o_sh + 8 * c_lane) =
+        *reinterpret_cast<const uint4*>(sO + (lr * kChunks + row_chunk_pos(lr, c_lane)) * 16);
   }
   if (p.lse && t == 0)
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      if (pr[i] < packed) p.lse[packed_offset(row0, pr[i], hk, group, p.l_st, p.l_sh)] = lse[i];
+      if (prow[i] >= 0) p.lse[int64_t(prow[i]) * p.l_st + int64_t(phead[i]) * p.l_sh] = lse[i];
 }
 
 // Whether the tensor-core kernel takes these arguments: MHA heads (no q_rope) with d_q = d_v = 64 | 128,
@@ -245,8 +276,8 @@ void launch_mma(const TreeParams<T>& p, int64_t b, int h_kv, int max_seqlen_q, i
   const int keys_cap = (max_keys + 15) & ~15;
   const std::size_t smem = mma_smem_bytes<T, D>(keys_cap);
   auto kernel = tree_attention_mma_kernel<T, D>;
-  if (smem > 48 * 1024)
-    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // Always: at 128 dims and 64 keys the dynamic part alone is the 48 KB default (static memory comes on top).
+  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t blocks = (int64_t(max_seqlen_q) * p.group + kMmaRows - 1) / kMmaRows;
   const dim3 grid{unsigned(blocks), unsigned(h_kv), unsigned(b)};
   kernel<<<grid, kMmaWarps * 32, smem, stream>>>(p, keys_cap);

@@ -57,6 +57,13 @@ __device__ __forceinline__ void merge_weights(float lse_prefix, float& lse_tree,
   lse_tree = m + logf(ea + eb);
 }
 
+// 2^x by the SFU (ex2.approx.ftz: ~2 ulp, denormal results flushed to 0; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two packed elements of T <-> two floats (low half first).
 template <typename T>
 __device__ __forceinline__ float2 unpack2(uint32_t w);
