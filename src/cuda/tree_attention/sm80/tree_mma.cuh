@@ -6,13 +6,16 @@
 // keys. Per CTA (4 warps, 16 packed rows each):
 //   shared  sK [keys, D], sV [keys, D]: the request's <= 64 draft keys of head hk (cp.async, zero rows from
 //           num_keys up to the next 16-key step), staged once for all the CTA's rows;
-//           sO [kMmaRows, D]: the prefix part's output (cp.async, issued first), which the merged output
-//           overwrites before leaving with coalesced 16-byte stores.
+//           sO [kMmaRows, D]: the prefix part's output, each warp its own 16 rows (cp.async, a group of its
+//           own that lands while the warp computes), which the merged output overwrites before leaving with
+//           coalesced 16-byte stores.
 //   regs    Q as A fragments straight from global memory with 16-byte loads: inside every 32-column group
 //           the d order is permuted, the same way for the K fragments (a dot product allows any common
 //           order); S = Q K^T over all keys at once (one key tile: no online rescale); the tree mask on
-//           the score fragment; softmax in registers; O = P V (V fragments by ldmatrix.trans); the LSE
-//           merge with the prefix state in the epilogue.
+//           the score fragment; softmax in registers, in log2 units (ex2.approx); O = P V (V fragments by
+//           ldmatrix.trans); the LSE merge with the prefix state in the epilogue.
+// Costs found by profiling (bench/NOTES.md, session 6): the kernel is issue-bound before it is memory-bound, so
+// per-address integer divisions by the GQA group, per-score divisions and branches are kept out of it.
 // Bytes: q + prefix out + out once, draft K/V once per CTA (from L2 after the first of a request's blocks).
 #pragma once
 #include <cuda_runtime.h>
