@@ -106,7 +106,7 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
   fill_bf16(qv, 3);
 
   // The three parts of a tree verify, timed alone with the tree backend's metadata (the breakdown).
-  double us_prefix = 0, us_part = 0, us_merge = 0, us_fused = 0, us_fused2 = 0;
+  double us_prefix = 0, us_part = 0, us_merge = 0, us_fused = 0;
   auto parts = [&](const DenseMetadata& m) {
     const int64_t rows = m.num_q_rows;
     Buffer o1(size_t(rows) * h_q * d * 2, Device::cuda()), o2(size_t(rows) * h_q * d * 2, Device::cuda());
@@ -142,9 +142,6 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
     TreeAttentionArgs fused = ta;  // the backend's tree part: the merge with the prefix state fused
     fused.out = ov, fused.lse = {}, fused.prefix_out = v3(o1), fused.prefix_lse = v2(l1);
     us_fused = median_us([&] { tree_attention(fused); });
-    setenv("ATTNSERVE_TREE_KERNEL", "staged2", 1);  // the opt-in v2 kernel (bench/NOTES.md Session 5)
-    us_fused2 = median_us([&] { tree_attention(fused); });
-    unsetenv("ATTNSERVE_TREE_KERNEL");
     us_merge =
         median_us([&] { merge_state({.v_a = v3(o1), .s_a = v2(l1), .v_b = v3(o2), .s_b = v2(l2), .v_out = ov}); });
   };
@@ -170,14 +167,17 @@ void bench_case(int bs, int prefix, int n, int h_q, int h_kv) {
     return us;
   };
   const double us_tree = run(4), us_linear = run(1);
+  // The fused tree part's bytes: q, the prefix output and LSE, out, and the draft tokens' K/V once.
+  const double part_bytes =
+      3.0 * double(q_rows) * h_q * d * 2 + double(q_rows) * h_q * 4 + double(bs) * n * h_kv * 2 * d * 2;
   // Bytes either path must move: K+V of every key once per request, q and out.
   const double bytes = double(bs) * ctx * h_kv * 2 * d * 2 + 2.0 * double(q_rows) * h_q * d * 2;
   std::printf("%-52s tree %8.1f us %6.0f GB/s | linear %8.1f us %6.0f GB/s | tree/linear GB/s %5.1f%%\n", name.c_str(),
               us_tree, bytes / us_tree * 1e-3, us_linear, bytes / us_linear * 1e-3, 100.0 * us_linear / us_tree);
   std::printf(
       "%-52s   parts: prefix (causal off) %8.1f us, tree_attention %8.1f us, merge_state %8.1f us, "
-      "tree_attention + merge fused %8.1f us (staged2 kernel %8.1f us)\n",
-      "", us_prefix, us_part, us_merge, us_fused, us_fused2);
+      "tree_attention + merge fused %8.1f us (%5.0f GB/s of its %.1f MB)\n",
+      "", us_prefix, us_part, us_merge, us_fused, part_bytes / us_fused * 1e-3, part_bytes * 1e-6);
   std::fflush(stdout);
 }
 

@@ -1,6 +1,6 @@
 // Draft trees (spec.topk > 1) on the GPU (scripts/gpu_check.sh; skipped without a GPU):
-//   - the CUDA tree_attention kernel against the CPU oracle on the same bf16 inputs (MHA/GQA, MLA's
-//     576/512 with q_rope, softcap, empty rows);
+//   - the CUDA tree_attention kernels against the CPU oracle on the same bf16 inputs (MHA/GQA, MLA's
+//     576/512 with q_rope, softcap, empty rows; every tree shape: tests/gpu/test_tree_kernels_gpu.cpp);
 //   - the dense backend's tree verify and tree draft decode on CUDA against the CPU backend and the
 //     double brute force (tolerance by rule, DESIGN.md);
 //   - a real CUDA graph captured over tree verify / tree draft decode, replayed for new batches and
@@ -11,24 +11,10 @@
 #include <cstring>
 
 #include "attnserve/ops.h"
-#include "cpu/tree_test_util.h"
-#include "gpu/gpu_test_util.h"
+#include "gpu/tree_gpu_util.h"
 
 namespace attnserve::test {
 namespace {
-
-struct TreeStream {
-  cudaStream_t s = nullptr;
-  TreeStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
-  ~TreeStream() { cudaStreamDestroy(s); }
-  Stream get() const { return Stream{s}; }
-};
-
-HostTensor bf16_random(std::initializer_list<int64_t> shape, std::mt19937_64& g, double range) {
-  HostTensor h(DType::bf16, shape);
-  fill_view(h.view, g, range);
-  return h;
-}
 
 // ---- The kernel ----------------------------------------------------------------------------------------
 
@@ -40,8 +26,10 @@ struct OpCase {
 TEST(TreeGpu, KernelMatchesCpuOracle) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
-  for (const OpCase& c : {OpCase{8, 2, 128, 0, 128, 0.f}, OpCase{4, 4, 64, 0, 64, 0.f},
-                          OpCase{16, 1, 512, 64, 512, 0.f}, OpCase{8, 1, 256, 0, 256, 10.f}}) {
+  // Each kernel: tensor cores (d 128 / 64, softcap), staged (MLA 576 / 512, d 256), per-row (d 100).
+  for (const OpCase& c :
+       {OpCase{8, 2, 128, 0, 128, 0.f}, OpCase{4, 4, 64, 0, 64, 0.f}, OpCase{8, 2, 128, 0, 128, 20.f},
+        OpCase{16, 1, 512, 64, 512, 0.f}, OpCase{8, 1, 256, 0, 256, 10.f}, OpCase{6, 3, 100, 0, 100, 0.f}}) {
     SCOPED_TRACE("d " + std::to_string(c.d) + " rope " + std::to_string(c.d_rope));
     const int b = 5, max_keys = 64;
     const int64_t slots = 512;
@@ -86,24 +74,20 @@ TEST(TreeGpu, KernelMatchesCpuOracle) {
     da.q = dq.view, da.k_cache = dk.view, da.v_cache = dv.view, da.key_slots = dks.view, da.num_keys = dnk.view;
     da.cu_seqlens_q = dcu.view, da.mask = dmask.view, da.out = dout.view, da.lse = dlse.view;
     da.q_rope = c.d_rope ? dqr.view : TensorView{};
-    for (const char* kernel : {"", "staged2"}) {  // the default kernels and the opt-in v2
-      SCOPED_TRACE(std::string("kernel ") + kernel);
-      setenv("ATTNSERVE_TREE_KERNEL", kernel, 1);
-      dout.poison();
-      tree_attention(da);
-      unsetenv("ATTNSERVE_TREE_KERNEL");
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const HostTensor gout = dout.download(out), glse = dlse.download(lse);
-      // Both round the same f32-accurate values to bf16: at most a bf16 ulp apart per element.
-      EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
-      EXPECT_LT(rel_l2(to_doubles(glse), to_doubles(lse)), 1e-5);
-    }
+    dout.poison();
+    tree_attention(da);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const HostTensor gout = dout.download(out), glse = dlse.download(lse);
+    // Both round f32-accurate values to bf16 (the tensor-core kernel rounds P to bf16 too).
+    EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
+    EXPECT_LT(rel_l2(to_doubles(glse), to_doubles(lse)), 1e-5);
   }
 }
 
-// The staged kernel's epilogue: the prefix part's state merged in place (prefix_out = out), against the
-// CPU oracle doing the same; MHA with separate K/V and MLA with V the first 512 columns of the latent
-// (V read from the staged K rows); prefix states without keys (lse -inf / +inf) and rows without tree keys.
+// The kernels' epilogue: the prefix part's state merged in place (prefix_out = out), against the CPU oracle
+// doing the same; MHA with separate K/V (the tensor-core kernel) and MLA with V the first 512 columns of the
+// latent (the staged kernel, V read from the staged K rows); prefix states without keys (lse -inf / +inf) and rows
+// without tree keys.
 TEST(TreeGpu, KernelMergesThePrefixStateInPlace) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
@@ -151,67 +135,23 @@ TEST(TreeGpu, KernelMergesThePrefixStateInPlace) {
     da.key_slots = dks.view, da.num_keys = dnk.view, da.cu_seqlens_q = dcu.view, da.mask = dmask.view;
     da.out = dout.view, da.lse = dlse.view, da.q_rope = mla ? dqr.view : TensorView{};
     da.prefix_out = dout.view, da.prefix_lse = dplse.view;
-    for (const char* kernel : {"", "staged2"}) {  // the default kernel and the opt-in v2, each from the prefix
-      SCOPED_TRACE(std::string("kernel ") + kernel);
-      dout.upload(prefix);
-      setenv("ATTNSERVE_TREE_KERNEL", kernel, 1);
-      tree_attention(da);
-      unsetenv("ATTNSERVE_TREE_KERNEL");
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const HostTensor gout = dout.download(out), glse = dlse.download(lse);
-      EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
-      int64_t inf_mismatch = 0;
-      for (int64_t i = 0; i < rows * h_q; ++i) inf_mismatch += std::isinf(lse.get(i)) != std::isinf(glse.get(i));
-      EXPECT_EQ(inf_mismatch, 0);
-      std::vector<double> gl = to_doubles(glse), cl = to_doubles(lse);
-      for (std::size_t i = 0; i < gl.size(); ++i)
-        if (std::isinf(cl[i])) gl[i] = cl[i] = 0;
-      EXPECT_LT(rel_l2(gl, cl), 1e-5);
-    }
+    dout.upload(prefix);
+    tree_attention(da);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const HostTensor gout = dout.download(out), glse = dlse.download(lse);
+    EXPECT_LT(rel_l2(to_doubles(gout), to_doubles(out)), 2 * unit_roundoff(DType::bf16));
+    int64_t inf_mismatch = 0;
+    for (int64_t i = 0; i < rows * h_q; ++i) inf_mismatch += std::isinf(lse.get(i)) != std::isinf(glse.get(i));
+    EXPECT_EQ(inf_mismatch, 0);
+    std::vector<double> gl = to_doubles(glse), cl = to_doubles(lse);
+    for (std::size_t i = 0; i < gl.size(); ++i)
+      if (std::isinf(cl[i])) gl[i] = cl[i] = 0;
+    EXPECT_LT(rel_l2(gl, cl), 1e-5);
     EXPECT_NE(to_doubles(out), to_doubles(prefix));  // the merge changed the output
   }
 }
 
 // ---- The backend ---------------------------------------------------------------------------------------
-
-// A CPU backend (the oracle) and a CUDA backend over device copies of the same caches and table.
-struct BackendPair {
-  TreeSetup& s;
-  DeviceTensor dk, dv, dtable;
-  DenseBackend cpu, gpu;
-  static DenseBackendConfig on_gpu(DenseBackendConfig c, const DeviceTensor& k, const DeviceTensor& v,
-                                   const DeviceTensor& t, bool mla) {
-    c.device = Device::cuda(0);
-    c.req_to_token = t.view;
-    c.kv_buffers = {mla ? KvLayerBuffers{.k = k.view} : KvLayerBuffers{.k = k.view, .v = v.view}};
-    return c;
-  }
-  BackendPair(TreeSetup& s_, const DenseBackendConfig& c, const HostTensor* latent, bool deterministic_gpu = false)
-      : s(s_), dk(latent ? *latent : s_.k), dv(s_.v), dtable(s_.table), cpu(c), gpu([&] {
-          DenseBackendConfig gc = on_gpu(c, dk, dv, dtable, latent != nullptr);
-          gc.deterministic = deterministic_gpu;
-          return gc;
-        }()) {}
-};
-
-std::vector<double> forward_host(DenseBackend& be, const BatchSpec& b, const HostTensor& q, int h, int dv) {
-  be.init_forward_metadata(b);
-  HostTensor out(DType::bf16, {be.forward_metadata().num_q_rows, h, dv});
-  poison(out);
-  be.forward({.q = q.view, .out = out.view}, LayerSpec{.layer_id = 0});
-  return to_doubles(out);
-}
-
-std::vector<double> forward_device(DenseBackend& be, const BatchSpec& b, const HostTensor& q, int h, int dv) {
-  be.init_forward_metadata(b);
-  DeviceTensor dq(q);
-  HostTensor like(DType::bf16, {be.forward_metadata().num_q_rows, h, dv});
-  DeviceTensor dout(like);
-  dout.poison();
-  be.forward({.q = dq.view, .out = dout.view}, LayerSpec{.layer_id = 0});
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return to_doubles(dout.download(like));
-}
 
 TEST(TreeGpu, BackendVerifyMatchesCpuBackend) {
   ATTNSERVE_REQUIRE_GPU();

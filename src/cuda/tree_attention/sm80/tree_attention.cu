@@ -1,72 +1,38 @@
-// tree_attention on CUDA (portable, sm_80+). Two kernels:
-//   staged (the default): one CTA per (request, kv head, block of kRowsPerCta query rows). The request's
-//     <= kTreeMaxKeys draft keys of that kv head are staged in shared memory once (K rows, and V rows
-//     unless V is a prefix of K as in MLA), then each warp takes (row, q head) pairs: q in registers
-//     (two elements per 32-bit word, word lane + 32 i), one warp sum per masked key, an online softmax,
-//     and the merge with the prefix part's state in the epilogue (prefix_out / prefix_lse), so the
-//     prefix output is read once and the merged output written once.
-//   per-row (fallback for odd dims or unaligned rows): one warp per (query row, head), K/V read from
-//     global memory (L1/L2) per key, element lane + 32 i.
-// Grids depend on b, h and max_seqlen_q only, so a captured graph replays with any lengths. No host
-// sync, no allocation.
+// tree_attention on CUDA (portable, sm_80+). Three kernels, picked by shape:
+//   tensor cores (tree_mma.cuh): MHA / GQA heads with d_q = d_v = 64 | 128 and 16-byte rows, the EAGLE
+//     verify shapes;
+//   staged: any other dims that are multiples of 8 with 16-byte rows (MLA's 576 / 512 with V inside K,
+//     d 256, ...): one CTA per (request, kv head, block of kRowsPerCta query rows) stages the request's
+//     <= kTreeMaxKeys draft keys of that kv head in shared memory once (key slots read once, 16-byte loads,
+//     four in flight per thread), then each warp takes (row, q head) pairs (the next pair's q, prefix state
+//     and mask loaded while the current one computes): q in registers (two elements per 32-bit word, word
+//     lane + 32 i), one warp sum per masked key, an online softmax, and the merge with the prefix part's
+//     state in the epilogue;
+//   per-row (the fallback for dims that are not multiples of 8 or unaligned rows): one warp per (query row,
+//     head), K/V read from global memory (L1/L2) per key, element lane + 32 i.
+// All three merge the prefix part's state (prefix_out / prefix_lse) in their epilogue, so the prefix output
+// is read once and the merged output written once. Grids depend on b, h and max_seqlen_q only, so a captured
+// graph replays with any lengths. No host sync, no allocation.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/common/host_util.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/tree_attention/sm80/tree_mma.cuh"
+#include "cuda/tree_attention/sm80/tree_params.cuh"
 #include "cuda/tree_attention/tree_attention.h"
 
 namespace attnserve::cuda {
 namespace {
 
+using namespace tree;
+
+// ---- The per-row kernel (the fallback) ------------------------------------------------------------------
+
 constexpr int kWarps = 4;  // query rows per CTA
-
-template <typename T>
-struct TreeParams {
-  const T* q;
-  int64_t q_st, q_sh;
-  const T* q_rope;  // null: d_rope = 0
-  int64_t qr_st, qr_sh;
-  const T* k;
-  int64_t k_ss, k_sh;  // elements between slots / heads
-  const T* v;
-  int64_t v_ss, v_sh;
-  const int32_t* key_slots;
-  int64_t ks_st;
-  const int32_t* num_keys;
-  const int32_t* cu_q;
-  const int64_t* mask;
-  T* out;
-  int64_t o_st, o_sh;
-  float* lse;  // null: not written
-  int64_t l_st, l_sh;
-  const T* prefix_out;  // null: no merge
-  int64_t po_st, po_sh;
-  const float* prefix_lse;
-  int64_t pl_st, pl_sh;
-  int d_q, d_rope, d_v, group;
-  int64_t num_slots;
-  float scale, softcap;
-};
-
-// Merge of the tree state (lse_tree, normalized output) with the prefix state: the weights of both
-// outputs; lse_tree becomes the merged LSE. An infinite prefix LSE (either sign) has no keys.
-__device__ __forceinline__ void merge_weights(float lse_prefix, float& lse_tree, float& w_prefix, float& w_tree) {
-  const float a = isfinite(lse_prefix) ? lse_prefix : -INFINITY;
-  const float m = fmaxf(a, lse_tree);
-  if (m == -INFINITY) {
-    w_prefix = w_tree = 0.f;
-    return;  // neither part has a key: out 0, lse -inf
-  }
-  const float ea = expf(a - m), eb = expf(lse_tree - m), inv = 1.f / (ea + eb);
-  w_prefix = ea * inv, w_tree = eb * inv;
-  lse_tree = m + logf(ea + eb);
-}
 
 // kPer elements per lane: q/k dims d_q + d_rope <= 32 kPer and d_v <= 32 kPer.
 template <typename T, int kPer>
@@ -101,8 +67,7 @@ __global__ void __launch_bounds__(kWarps * 32) tree_attention_kernel(TreeParams<
       const int e = lane + 32 * i;
       if (e < d_qk) dot += qv[i] * to_f32(kr[e]);
     }
-    float s = p.scale * ptx::warp_sum(dot);
-    if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
+    const float s = tree_score(ptx::warp_sum(dot), p.scale, p.softcap);
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), w = expf(s - m_new);
     l = l * corr + w;
@@ -133,174 +98,9 @@ __global__ void __launch_bounds__(kWarps * 32) tree_attention_kernel(TreeParams<
 constexpr int kStagedWarps = 8, kRowsPerCta = 16;
 
 template <typename T>
-__device__ __forceinline__ float2 unpack2(uint32_t w);
-template <>
-__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t w) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-}
-template <>
-__device__ __forceinline__ float2 unpack2<__half>(uint32_t w) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&w));
-}
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
-  const __half2 v = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <typename T>
 __device__ __forceinline__ uint32_t word_at(const T* base, int64_t elem) {  // elem even, 4-byte aligned
   return *reinterpret_cast<const uint32_t*>(base + elem);
 }
-
-// kWords 32-bit words (two elements) per lane: d_q + d_rope <= 64 kWords, d_v <= 64 kWords; all dims
-// and strides even, rows 4-byte aligned (the launcher checks). Shared memory: K [max_keys, kw] words,
-// then V [max_keys, vw] unless v_in_k (V = the first d_v columns of K).
-template <typename T, int kWords>
-__global__ void __launch_bounds__(kStagedWarps * 32)
-    tree_attention_staged_kernel(TreeParams<T> p, int max_keys, bool v_in_k) {
-  extern __shared__ uint32_t smem[];
-  __shared__ uint32_t valid_words[2];  // bit j: key j exists and its slot is in the cache
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int r = blockIdx.z, hk = blockIdx.y;
-  const int q_end = p.cu_q[r + 1];
-  const int row0 = p.cu_q[r] + blockIdx.x * kRowsPerCta;
-  if (row0 >= q_end) return;  // uniform over the CTA
-  const int rows = min(kRowsPerCta, q_end - row0);
-  const int n = p.num_keys[r];
-  const int d_qk = p.d_q + p.d_rope, kw = d_qk / 2, vw = p.d_v / 2;
-  uint32_t* sk = smem;                                  // [max_keys, kw]
-  uint32_t* sv = v_in_k ? smem : smem + max_keys * kw;  // [max_keys, vw] (row stride vs_stride)
-  const int vs_stride = v_in_k ? kw : vw;
-
-  // ---- Stage the request's draft keys (this kv head) once.
-  if (warp < 2) {
-    const int j = warp * 32 + lane;
-    int64_t slot = -1;
-    if (j < n) slot = p.key_slots[int64_t(r) * p.ks_st + j];
-    const uint32_t ok = __ballot_sync(0xffffffffu, j < n && slot >= 0 && slot < p.num_slots);
-    if (lane == 0) valid_words[warp] = ok;
-  }
-  for (int idx = threadIdx.x; idx < n * kw; idx += blockDim.x) {
-    const int j = idx / kw, w = idx - j * kw;
-    const int64_t slot = p.key_slots[int64_t(r) * p.ks_st + j];
-    sk[idx] = (slot >= 0 && slot < p.num_slots) ? word_at(p.k, slot * p.k_ss + hk * p.k_sh + 2 * w) : 0u;
-  }
-  if (!v_in_k)
-    for (int idx = threadIdx.x; idx < n * vw; idx += blockDim.x) {
-      const int j = idx / vw, w = idx - j * vw;
-      const int64_t slot = p.key_slots[int64_t(r) * p.ks_st + j];
-      sv[idx] = (slot >= 0 && slot < p.num_slots) ? word_at(p.v, slot * p.v_ss + hk * p.v_sh + 2 * w) : 0u;
-    }
-  __syncthreads();
-  const uint64_t valid = uint64_t(valid_words[0]) | (uint64_t(valid_words[1]) << 32);
-
-  // ---- (row, q head) pairs, one per warp at a time.
-  for (int pair = warp; pair < rows * p.group; pair += kStagedWarps) {
-    const int64_t row = row0 + pair / p.group;
-    const int h = hk * p.group + pair % p.group;
-    float2 qv[kWords], acc[kWords];
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) {
-      const int w = lane + 32 * i;
-      uint32_t x = 0u;
-      if (2 * w < p.d_q) x = word_at(p.q, row * p.q_st + h * p.q_sh + 2 * w);
-      else if (w < kw) x = word_at(p.q_rope, row * p.qr_st + h * p.qr_sh + (2 * w - p.d_q));
-      qv[i] = unpack2<T>(x);
-      acc[i] = make_float2(0.f, 0.f);
-    }
-    // The prefix state, loaded with q so both latencies overlap the keys' loop (read before the
-    // write below: prefix_out may be out, in place).
-    const T* po = p.prefix_out ? p.prefix_out + row * p.po_st + h * p.po_sh : nullptr;
-    uint32_t prefix_words[kWords];
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) {
-      const int w = lane + 32 * i;
-      prefix_words[i] = (po && w < vw) ? word_at(po, 2 * w) : 0u;
-    }
-    const float lse_prefix = po ? p.prefix_lse[row * p.pl_st + h * p.pl_sh] : -INFINITY;
-    float m = -INFINITY, l = 0.f;
-    for (uint64_t bits = uint64_t(p.mask[row]) & valid; bits; bits &= bits - 1) {
-      const int j = __ffsll((long long)bits) - 1;
-      const uint32_t* kr = sk + j * kw;
-      float dot = 0.f;
-#pragma unroll
-      for (int i = 0; i < kWords; ++i) {
-        const int w = lane + 32 * i;
-        if (w < kw) {
-          const float2 k2 = unpack2<T>(kr[w]);
-          dot = fmaf(qv[i].x, k2.x, fmaf(qv[i].y, k2.y, dot));
-        }
-      }
-      float s = p.scale * ptx::warp_sum(dot);
-      if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
-      const float m_new = fmaxf(m, s);
-      const float corr = expf(m - m_new), pw = expf(s - m_new);
-      l = l * corr + pw;
-      m = m_new;
-      const uint32_t* vr = sv + j * vs_stride;
-#pragma unroll
-      for (int i = 0; i < kWords; ++i) {
-        const int w = lane + 32 * i;
-        const float2 v2 = w < vw ? unpack2<T>(vr[w]) : make_float2(0.f, 0.f);
-        acc[i].x = fmaf(acc[i].x, corr, pw * v2.x);
-        acc[i].y = fmaf(acc[i].y, corr, pw * v2.y);
-      }
-    }
-    float lse = l > 0.f ? m + logf(l) : -INFINITY;
-    float w_prefix = 0.f, w_tree = 1.f;
-    if (po) merge_weights(lse_prefix, lse, w_prefix, w_tree);
-    const float scale_tree = (l > 0.f ? 1.f / l : 0.f) * w_tree;
-    T* o = p.out + row * p.o_st + h * p.o_sh;
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) {
-      const int w = lane + 32 * i;
-      if (w >= vw) continue;
-      const float2 pv = unpack2<T>(prefix_words[i]);
-      const float x = fmaf(w_prefix, pv.x, acc[i].x * scale_tree), y = fmaf(w_prefix, pv.y, acc[i].y * scale_tree);
-      *reinterpret_cast<uint32_t*>(o + 2 * w) = pack2<T>(x, y);
-    }
-    if (p.lse && lane == 0) p.lse[row * p.l_st + h * p.l_sh] = lse;
-  }
-}
-
-// Whether the staged kernel can read every row as 32-bit words.
-template <typename T>
-bool staged_ok(const TreeParams<T>& p) {
-  auto even = [](int64_t x) { return x % 2 == 0; };
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; };
-  bool ok = even(p.d_q) && even(p.d_rope) && even(p.d_v) && even(p.q_st) && even(p.q_sh) && even(p.k_ss) &&
-            even(p.k_sh) && even(p.v_ss) && even(p.v_sh) && even(p.o_st) && even(p.o_sh) && aligned(p.q) &&
-            aligned(p.k) && aligned(p.v) && aligned(p.out);
-  if (p.q_rope) ok = ok && even(p.qr_st) && even(p.qr_sh) && aligned(p.q_rope);
-  if (p.prefix_out) ok = ok && even(p.po_st) && even(p.po_sh) && aligned(p.prefix_out);
-  return ok;
-}
-
-template <typename T, int kWords>
-void launch_staged(const TreeParams<T>& p, int64_t b, int h_kv, int max_seqlen_q, int max_keys, cudaStream_t stream) {
-  const bool v_in_k = p.v == p.k && p.v_ss == p.k_ss && p.v_sh == p.k_sh;
-  const int kw = (p.d_q + p.d_rope) / 2, vw = p.d_v / 2;
-  const std::size_t smem = std::size_t(max_keys) * std::size_t(kw + (v_in_k ? 0 : vw)) * sizeof(uint32_t);
-  auto kernel = tree_attention_staged_kernel<T, kWords>;
-  if (smem > 48 * 1024)
-    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(unsigned((max_seqlen_q + kRowsPerCta - 1) / kRowsPerCta), unsigned(h_kv), unsigned(b));
-  kernel<<<grid, kStagedWarps * 32, smem, stream>>>(p, max_keys, v_in_k);
-}
-
-// ---- Staged v2 (opt-in: ATTNSERVE_TREE_KERNEL=staged2; UNMEASURED, see bench/NOTES.md Session 5) ---------
-// As the staged kernel, with the two suspected costs of its measured miss addressed: the key slots are
-// read once into shared memory and the K/V rows staged with 16-byte loads, four in flight per thread
-// (instead of one dependent 4-byte load per word); and each warp loads its next pair's q, prefix state
-// and mask while it computes the current pair. Needs d_q + d_rope and d_v multiples of 8, rows 16-byte
-// aligned (the launcher checks and otherwise runs the staged kernel).
 
 template <typename T, int kWords>
 struct PairInputs {
@@ -354,8 +154,8 @@ __device__ __forceinline__ void stage_rows(uint32_t* dst, const T* src, int64_t 
 
 template <typename T, int kWords>
 __global__ void __launch_bounds__(kStagedWarps * 32)
-    tree_attention_staged2_kernel(TreeParams<T> p, int max_keys, bool v_in_k) {
-  extern __shared__ __align__(16) uint32_t smem2[];
+    tree_attention_staged_kernel(TreeParams<T> p, int max_keys, bool v_in_k) {
+  extern __shared__ __align__(16) uint32_t smem_staged[];
   __shared__ int32_t s_slot[kTreeMaxKeys];
   __shared__ uint32_t valid_words[2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -366,8 +166,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
   const int rows = min(kRowsPerCta, q_end - row0);
   const int n = p.num_keys[r];
   const int kw = (p.d_q + p.d_rope) / 2, vw = p.d_v / 2;
-  uint32_t* sk = smem2;
-  uint32_t* sv = v_in_k ? smem2 : smem2 + max_keys * kw;
+  uint32_t* sk = smem_staged;
+  uint32_t* sv = v_in_k ? smem_staged : smem_staged + max_keys * kw;
   const int vs_stride = v_in_k ? kw : vw;
   if (warp < 2) {
     const int j = warp * 32 + lane;
@@ -409,8 +209,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
           dot = fmaf(qv[i].x, k2.x, fmaf(qv[i].y, k2.y, dot));
         }
       }
-      float s = p.scale * ptx::warp_sum(dot);
-      if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
+      const float s = tree_score(ptx::warp_sum(dot), p.scale, p.softcap);
       const float m_new = fmaxf(m, s);
       const float corr = expf(m - m_new), pw = expf(s - m_new);
       l = l * corr + pw;
@@ -435,39 +234,42 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
       if (w >= vw) continue;
       const float2 pv = unpack2<T>(cur.prefix[i]);
       const float x = fmaf(w_prefix, pv.x, acc[i].x * scale_tree), y = fmaf(w_prefix, pv.y, acc[i].y * scale_tree);
-      *reinterpret_cast<uint32_t*>(o + 2 * w) = pack2<T>(x, y);
+      *reinterpret_cast<uint32_t*>(o + 2 * w) = ptx::pack2<T>(x, y);
     }
     if (p.lse && lane == 0) p.lse[row * p.l_st + h * p.l_sh] = lse;
     cur = next;
   }
 }
 
-// The v2 kernel's extra conditions: 16-byte K/V rows (dims multiples of 8, strides and bases aligned).
+// Whether the staged kernel takes these arguments: q / out / prefix rows read as 32-bit words (even dims and
+// strides, 4-byte bases) and K/V rows staged with 16-byte loads (dims multiples of 8, strides and bases
+// 16-byte aligned).
 template <typename T>
-bool staged2_ok(const TreeParams<T>& p) {
+bool staged_ok(const TreeParams<T>& p) {
+  auto even = [](int64_t x) { return x % 2 == 0; };
   auto m8 = [](int64_t x) { return x % 8 == 0; };
-  auto a16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return staged_ok(p) && m8(p.d_q + p.d_rope) && m8(p.d_v) && m8(p.k_ss) && m8(p.k_sh) && m8(p.v_ss) && m8(p.v_sh) &&
-         a16(p.k) && a16(p.v);
+  auto aligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
+  bool ok = even(p.d_q) && even(p.d_rope) && even(p.q_st) && even(p.q_sh) && even(p.o_st) && even(p.o_sh) &&
+            aligned(p.q, 4) && aligned(p.out, 4) && m8(p.d_q + p.d_rope) && m8(p.d_v) && m8(p.k_ss) && m8(p.k_sh) &&
+            m8(p.v_ss) && m8(p.v_sh) && aligned(p.k, 16) && aligned(p.v, 16);
+  if (p.q_rope) ok = ok && even(p.qr_st) && even(p.qr_sh) && aligned(p.q_rope, 4);
+  if (p.prefix_out) ok = ok && even(p.po_st) && even(p.po_sh) && aligned(p.prefix_out, 4);
+  return ok;
 }
 
 template <typename T, int kWords>
-void launch_staged2(const TreeParams<T>& p, int64_t b, int h_kv, int max_seqlen_q, int max_keys, cudaStream_t stream) {
+void launch_staged(const TreeParams<T>& p, int64_t b, int h_kv, int max_seqlen_q, int max_keys, cudaStream_t stream) {
   const bool v_in_k = p.v == p.k && p.v_ss == p.k_ss && p.v_sh == p.k_sh;
   const int kw = (p.d_q + p.d_rope) / 2, vw = p.d_v / 2;
   const std::size_t smem = std::size_t(max_keys) * std::size_t(kw + (v_in_k ? 0 : vw)) * sizeof(uint32_t);
-  auto kernel = tree_attention_staged2_kernel<T, kWords>;
+  auto kernel = tree_attention_staged_kernel<T, kWords>;
   if (smem > 48 * 1024)
     ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned((max_seqlen_q + kRowsPerCta - 1) / kRowsPerCta), unsigned(h_kv), unsigned(b));
   kernel<<<grid, kStagedWarps * 32, smem, stream>>>(p, max_keys, v_in_k);
 }
 
-// ATTNSERVE_TREE_KERNEL=staged2 opts in to the v2 kernel (an experiment, read at every launch).
-inline bool staged2_requested() {
-  const char* v = std::getenv("ATTNSERVE_TREE_KERNEL");
-  return v && std::strcmp(v, "staged2") == 0;
-}
+// ---- Dispatch ----------------------------------------------------------------------------------------
 
 template <typename T>
 void launch(const TreeAttentionArgs& a, cudaStream_t stream) {
@@ -499,11 +301,9 @@ void launch(const TreeAttentionArgs& a, cudaStream_t stream) {
   ATTNSERVE_CHECK(b < 65536 && h_q < 65536, "tree_attention: b = ", b, " and h_q = ", h_q, " must be < 65536 on CUDA");
   const int width = std::max(p.d_q + p.d_rope, p.d_v);
   const int h_kv = int(a.k_cache.size(1)), max_keys = int(a.key_slots.size(1));
-  if (staged2_requested() && staged2_ok(p) && width <= 576) {
-    if (width <= 64) launch_staged2<T, 1>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
-    else if (width <= 128) launch_staged2<T, 2>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
-    else if (width <= 256) launch_staged2<T, 4>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
-    else launch_staged2<T, 9>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+  if (mma_ok(p)) {
+    if (p.d_q == 64) launch_mma<T, 64>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
+    else launch_mma<T, 128>(p, b, h_kv, a.max_seqlen_q, max_keys, stream);
     ATTNSERVE_CUDA_CHECK_LAUNCH();
     return;
   }
