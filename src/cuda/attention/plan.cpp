@@ -191,6 +191,8 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     c.m_blocks = ceil_div(rows_max, attn90::kRows);
     c.smem = attn90::smem_bytes(d, p.d_v, variant);
     c.ctas_per_sm = 1;
+    // TMA K/V tiles: opt-in until measured (bench/NOTES.md "Session 6: Hopper prefill by TMA").
+    c.sm90_tma = attn90::is_ws(variant) && attn90::tma_applies(p.page_size) && tune.sm90_tma > 0;
   }
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
   return c;
