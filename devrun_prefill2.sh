@@ -26,27 +26,27 @@ echo "== build $(( $(date +%s) - t0 )) s"
 T=$B/attnserve_gpu_tests; BA=$B/bench/bench_attention
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 t1=$(date +%s)
-{ timeout 12 $BA tmaab; echo "== bench rc $?"; timeout 14 $BA --sustained tmaab; echo "== bench sustained rc $?"; } >"$O/bench.log" 2>&1
+{ timeout 8 $BA tmaab; echo "== bench rc $?"; timeout 11 $BA --sustained tmaab; echo "== bench sustained rc $?"; } >"$O/bench.log" 2>&1
 echo "== benches $(( $(date +%s) - t1 )) s"
 t1=$(date +%s)
-run_tests() { timeout 24 $T --gtest_filter="$1" >"$L/tests_$2.log" 2>&1; echo "== rc $? ($1)" >>"$L/tests_$2.log"; }
+run_tests() { timeout 18 $T --gtest_filter="$1" >"$O/tests_$2.log" 2>&1; echo "== rc $? ($1)" >>"$O/tests_$2.log"; }
 run_tests 'GpuAttentionSm90.TmaBoxShapesAndFallback:GpuAttentionSm90.PrefillB1LongCausalGqa32x8:GpuAttentionSm90.AutoSelects*' a &
 run_tests 'GpuAttentionSm90.HeadDims*' b &
 run_tests 'GpuAttentionSm90.*-GpuAttentionSm90.HeadDims*:GpuAttentionSm90.TmaBoxShapesAndFallback:GpuAttentionSm90.PrefillB1LongCausalGqa32x8:GpuAttentionSm90.AutoSelects*' c &
 run_tests 'GpuAttentionFp8.*' fp8 &
-( ATTNSERVE_SEED=1 timeout 24 $CS --tool racecheck --error-exitcode 9 $T --gtest_filter=GpuAttentionSm90.PrefillCausalAndNonCausal >$L/racecheck.log 2>&1
-  echo "== racecheck rc $?" >>$L/racecheck.log ) &
+( ATTNSERVE_SEED=1 timeout 18 $CS --tool racecheck --error-exitcode 9 $T --gtest_filter=GpuAttentionSm90.PrefillCausalAndNonCausal >$O/racecheck.log 2>&1
+  echo "== racecheck rc $?" >>$O/racecheck.log ) &
 ( CO=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
   OBJ=$(find $B -name 'attn90_bf16_d128.cu.o' | head -1)
   $CO -sass "$OBJ" > $L/d128.sass 2>&1
   awk '/Function : .*attention_sm90_ws_kernel.*Li128ELi128ELb1ELb1E/{f=1;print;next} /Function : /{f=0} f' $L/d128.sass > $L/pp.sass
-  { echo "pp kernel SASS lines $(wc -l < $L/pp.sass)"; for i in UTMALDG LDGSTS LDG SYNCS ARRIVES BAR; do echo "$i $(grep -c "$i" $L/pp.sass)"; done; } > $L/sass_counts.log
+  { echo "pp kernel SASS lines $(wc -l < $L/pp.sass)"; for i in UTMALDG LDGSTS LDG SYNCS ARRIVES BAR; do echo "$i $(grep -c "$i" $L/pp.sass)"; done; } > $O/sass_counts.log
   cp $L/pp.sass "$O/pp_d128.sass" ) &
 wait
 echo "== tests+racecheck $(( $(date +%s) - t1 )) s"
-cat $L/tests_*.log > "$O/gpu_tests.log"; cp $L/racecheck.log $L/sass_counts.log "$O/"
-grep -hE "^\[  (PASSED|FAILED) |^== rc|FAILED  \]|tests ran" "$O/gpu_tests.log"
+cat $O/tests_*.log > $L/gpu_tests.log
+grep -hE "^\[  (PASSED|FAILED) |^== rc|FAILED  \]|tests ran" $L/gpu_tests.log
 grep -E "RACECHECK SUMMARY|== racecheck" "$O/racecheck.log"
-cat $L/sass_counts.log
+cat $O/sass_counts.log
 grep -E "MHz" "$O/bench.log" | sed 's/  */ /g' | cut -c1-160
 echo "== total $(( $(date +%s) - t0 )) s"
