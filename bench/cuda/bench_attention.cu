@@ -477,8 +477,8 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
                   : cfg.sm90() == 3 ? "ping-pong"
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
-  if (cfg.sm90_tma) std::strncat(note, " tma", sizeof note - std::strlen(note) - 1);
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
+  if (cfg.sm90_tma) std::strncat(note, " tma", sizeof note - std::strlen(note) - 1);
   char clock[32];
   std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
   report_flops(name, us, flops, bytes, note + std::string(clock));

@@ -76,7 +76,8 @@ struct Tuning {
   int ctas = 0;        // portable kernel: 0 default; 2 or 3 CTAs per SM (3: MT = 1, d <= 128, 2 stages)
   int split_keys = 0;  // deterministic mode: fixed split size in keys (rounded up to 64); 0: the default
   // Hopper producer kernels (kWarpSpecialized, kPingPong, kPingPongEager) on pages of a multiple of 16:
-  // -1 auto (the measured default, plan.cpp), 0 cp.async gather, 1 TMA boxes for whole tiles.
+  // -1 auto (TMA at d 128 on pages of a multiple of 64, measured: plan.cpp), 0 cp.async gather, 1 TMA
+  // boxes for whole tiles.
   int sm90_tma = -1;
 };
 
