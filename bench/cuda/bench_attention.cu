@@ -478,6 +478,7 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
+  if (cfg.sm90_tma) std::strncat(note, " tma", sizeof note - std::strlen(note) - 1);
   char clock[32];
   std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
   report_flops(name, us, flops, bytes, note + std::string(clock));
@@ -982,6 +983,31 @@ int main(int argc, char** argv) try {
     bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal fp8ab fp8-portable", 1, 8192, 32, 8, 128, 0, port);
     bench_prefill_fp8("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab fp8-sm90", 1, 8192, 32, 8, 128, 0, f8);
     bench_prefill("prefill b1 s8K hq32 hkv8 d128 causal repeat fp8ab bf16-sm90pp", 1, 8192, 32, 8, 128, 0, pp);
+  }
+  // The ping-pong's two K/V loaders, interleaved A B A B on the same shapes ("tmaab" selects them alone;
+  // Tuning::sm90_tma 0: cp.async gather, 1: TMA boxes for whole tiles, sm90/tile_load_tma.cuh).
+  {
+    cuda::attn::Tuning a, bt;
+    a.sm90 = bt.sm90 = 3;
+    a.sm90_tma = 0;
+    bt.sm90_tma = 1;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::string r = rep ? " r2" : " r1";
+      bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d128 causal cp.async" + r, 1, 8192, 32, 8, 128, 0, a);
+      bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d128 causal tma" + r, 1, 8192, 32, 8, 128, 0, bt);
+    }
+    bench_prefill("tmaab extend b8 prefix4K +1K hq32 hkv8 page16 cp.async", 8, 1024, 32, 8, 128, 4096, a);
+    bench_prefill("tmaab extend b8 prefix4K +1K hq32 hkv8 page16 tma", 8, 1024, 32, 8, 128, 4096, bt);
+    bench_prefill("tmaab prefill b1 s16K hq64 hkv8 d128 causal cp.async", 1, 16384, 64, 8, 128, 0, a);
+    bench_prefill("tmaab prefill b1 s16K hq64 hkv8 d128 causal tma", 1, 16384, 64, 8, 128, 0, bt);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d128 causal page64 cp.async", 1, 8192, 32, 8, 128, 0, a, 64);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d128 causal page64 tma", 1, 8192, 32, 8, 128, 0, bt, 64);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d64 causal cp.async", 1, 8192, 32, 8, 64, 0, a);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d64 causal tma", 1, 8192, 32, 8, 64, 0, bt);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d192/128 causal cp.async", 1, 8192, 32, 8, 192, 0, a, 16, 128);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d192/128 causal tma", 1, 8192, 32, 8, 192, 0, bt, 16, 128);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d256 causal cp.async", 1, 8192, 32, 8, 256, 0, a);
+    bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d256 causal tma", 1, 8192, 32, 8, 256, 0, bt);
   }
   // The in-run drift, measured (`bench_attention drift` only; 12 rounds hot, 2 s idle, 12 rounds, 5 fresh).
   bench_drift("drift pp b1x8K", 12, 2000, cuda::attn::Tuning{.sm90 = 3});

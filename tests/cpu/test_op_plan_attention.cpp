@@ -141,6 +141,30 @@ TEST(OpPlanAttention, TuningForcesKernelsAndTiles) {
   EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192), kH200, {.stages = 2}, kWithSm90).stages, 2);
 }
 
+// The TMA K/V loader (Plan::sm90_tma): only the producer kernels, only pages of a multiple of 16, and
+// by default only at d 128 on pages of a multiple of 64 (where it measured faster), else on request.
+TEST(OpPlanAttention, TmaLoaderOnlyForProducerKernelsOnPagesOf16) {
+  using cuda::attn::Tuning;
+  auto plan = [](const Tuning& t, int64_t page = 16) {
+    Problem p = problem(1, 4096, 4096);
+    p.page_size = page;
+    p.max_pages = (4096 + page - 1) / page;
+    return cuda::attn::make_plan(p, kH200, t, kWithSm90);
+  };
+  EXPECT_FALSE(plan({}).sm90_tma) << "page 16: cp.async by default";
+  EXPECT_TRUE(plan({}, 64).sm90_tma);
+  EXPECT_TRUE(plan({}, 128).sm90_tma);
+  EXPECT_FALSE(plan({.sm90_tma = 0}, 64).sm90_tma);
+  EXPECT_FALSE(plan({.sm90 = 1}, 64).sm90_tma) << "kCoop has no producer";
+  for (int v : {2, 3, 4}) {
+    EXPECT_TRUE(plan({.sm90 = v, .sm90_tma = 1}).sm90_tma) << v;
+    for (int64_t page : {32, 48, 64, 128, 256}) EXPECT_TRUE(plan({.sm90 = v, .sm90_tma = 1}, page).sm90_tma) << page;
+    for (int64_t page : {1, 2, 8, 24}) EXPECT_FALSE(plan({.sm90 = v, .sm90_tma = 1}, page).sm90_tma) << page;
+  }
+  EXPECT_FALSE(plan({.sm90 = 1, .sm90_tma = 1}).sm90_tma) << "kCoop has no producer";
+  EXPECT_FALSE(plan({.sm90 = 0, .sm90_tma = 1}).sm90_tma) << "the portable kernel";
+}
+
 TEST(OpPlanAttention, DeterministicUsesFixedSplitsOfRowBlocksOf16) {
   Problem p = problem(3, 5, 5000);
   p.deterministic = true;

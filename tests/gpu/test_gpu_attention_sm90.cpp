@@ -15,25 +15,36 @@ using namespace attnserve::test;
 namespace {
 
 // Runs the spec through each Hopper kernel (Tuning::sm90 = kCoop, kWarpSpecialized, kPingPong,
-// kPingPongEager): checks that the selector takes it, then the full case against the oracle.
+// kPingPongEager): checks that the selector takes it, then the full case against the oracle. The
+// producer kernels run twice, with each K/V loader (Tuning::sm90_tma 0: cp.async gather, 1: TMA boxes
+// for whole tiles, sm90/tile_load_tma.cuh); on pages that TMA cannot take (not a multiple of 16) the
+// plan must keep cp.async, and that second run is skipped (it would repeat the first).
 void check_sm90(AttnSpec s, std::mt19937_64& g, std::initializer_list<int> variants = {1, 2, 3, 4}) {
   for (int variant : variants) {
     if (!cuda::attn90::variant_built(s.d, s.dv(), variant)) continue;  // kPingPongEager: d 64 and 128 only
-    SCOPED_TRACE(variant == 1   ? "kernel kCoop (2 warpgroups load + compute)"
-                 : variant == 2 ? "kernel kWarpSpecialized (producer + 2 consumers)"
-                 : variant == 3 ? "kernel kPingPong (producer + 2 consumers taking turns, stale max)"
-                                : "kernel kPingPongEager (the session-3 ping-pong, exact max)");
-    s.tuning.sm90 = variant;
-    {
-      std::mt19937_64 g_shape(1);
-      AttnCase c(s, g_shape);  // host views: the selector reads shapes and dtypes only
-      const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
-                                          c.q_view, TensorView{}, TensorView{}, TensorView{});
-      const cuda::attn::Config cfg = cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning);
-      ASSERT_EQ(cfg.sm90(), variant) << "the selector did not pick the Hopper kernel";
-      EXPECT_EQ(cfg.ws_bytes, 0u);
+    for (int tma : {0, 1}) {
+      if (tma && !cuda::attn90::is_ws(variant)) continue;
+      SCOPED_TRACE(variant == 1   ? "kernel kCoop (2 warpgroups load + compute)"
+                   : variant == 2 ? "kernel kWarpSpecialized (producer + 2 consumers)"
+                   : variant == 3 ? "kernel kPingPong (producer + 2 consumers taking turns, stale max)"
+                                  : "kernel kPingPongEager (the session-3 ping-pong, exact max)");
+      SCOPED_TRACE(tma ? "K/V by TMA (sm90_tma 1)" : "K/V by cp.async (sm90_tma 0)");
+      s.tuning.sm90 = variant;
+      s.tuning.sm90_tma = tma;
+      const bool tma_expected = tma && cuda::attn90::tma_applies(s.page_size);
+      {
+        std::mt19937_64 g_shape(1);
+        AttnCase c(s, g_shape);  // host views: the selector reads shapes and dtypes only
+        const PagedAttentionArgs a = c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
+                                            c.q_view, TensorView{}, TensorView{}, TensorView{});
+        const cuda::attn::Config cfg = cuda::attn::select(a, cuda::attn::current_device_caps(), s.tuning);
+        ASSERT_EQ(cfg.sm90(), variant) << "the selector did not pick the Hopper kernel";
+        ASSERT_EQ(cfg.sm90_tma, tma_expected) << "page " << s.page_size;
+        EXPECT_EQ(cfg.ws_bytes, 0u);
+      }
+      if (tma && !tma_expected) continue;
+      check_case(s, g);
     }
-    check_case(s, g);
   }
 }
 
@@ -130,6 +141,27 @@ TEST(GpuAttentionSm90, GqaGroupsAndPageSizes) {
       s.h_kv = hkv;
       s.page_size = ps;
       check_sm90(s, g);
+    }
+}
+
+// The TMA loader's box shapes (sm90/kv_tma.h: the largest power of two dividing the page, at most the
+// tile): page 32 (32-slot boxes, 4 per 128-key tile), 48 (16-slot boxes, pages not a power of two:
+// divisions), 256 (one 128-slot box per tile), and 8 (no TMA: the plan keeps cp.async); d 64 and 128,
+// prefill and extend lengths off the tile, so every request also has cp.async tail tiles.
+TEST(GpuAttentionSm90, TmaBoxShapesAndFallback) {
+  ATTNSERVE_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (int d : {64, 128})
+    for (int ps : {32, 48, 256, 8}) {
+      SCOPED_TRACE("d " + std::to_string(d) + " page " + std::to_string(ps));
+      AttnSpec s;
+      s.q_lens = {700, 1, 190};
+      s.k_lens = with_prefix(g, s.q_lens, 400);
+      s.h_q = 16;
+      s.h_kv = 4;
+      s.d = d;
+      s.page_size = ps;
+      check_sm90(s, g, {2, 3});
     }
 }
 

@@ -191,6 +191,12 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     c.m_blocks = ceil_div(rows_max, attn90::kRows);
     c.smem = attn90::smem_bytes(d, p.d_v, variant);
     c.ctas_per_sm = 1;
+    // TMA K/V tiles (bench/NOTES.md "Session 6: Hopper prefill by TMA"): auto where measured faster,
+    // d 128 on pages of a multiple of 64 (64-slot or larger boxes; +20 % at page 64); on pages of 16 at
+    // d >= 128 its 2 KB boxes were slower than the cp.async gather (-5 to -29 %), at d 64 faster (opt-in).
+    const bool tma_auto = d == 128 && p.d_v == 128 && p.page_size % 64 == 0;
+    c.sm90_tma = attn90::is_ws(variant) && attn90::tma_applies(p.page_size) &&
+                 (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && tma_auto));
   }
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
   return c;

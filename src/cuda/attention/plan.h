@@ -56,6 +56,7 @@ struct Plan {
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
+  bool sm90_tma = false;     // sm90 producer kernels: whole K/V tiles by TMA boxes (sm90/kv_tma.h), else cp.async
   int sm90() const { return kernel == Kernel::sm80 ? 0 : int(kernel); }  // attn90::Variant or 0
 };
 using Config = Plan;  // the name the kernel launchers and tests knew
@@ -74,6 +75,10 @@ struct Tuning {
   int page_runs = -1;  // portable kernel: -1 default (on), 0 off (one page-table entry per row), 1 on
   int ctas = 0;        // portable kernel: 0 default; 2 or 3 CTAs per SM (3: MT = 1, d <= 128, 2 stages)
   int split_keys = 0;  // deterministic mode: fixed split size in keys (rounded up to 64); 0: the default
+  // Hopper producer kernels (kWarpSpecialized, kPingPong, kPingPongEager) on pages of a multiple of 16:
+  // -1 auto (TMA at d 128 on pages of a multiple of 64, measured: plan.cpp), 0 cp.async gather, 1 TMA
+  // boxes for whole tiles.
+  int sm90_tma = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.

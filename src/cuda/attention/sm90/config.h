@@ -60,6 +60,11 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kWsEntryRegs * kThrea
               "setmaxnreg split exceeds the CTA's registers");
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
+// The producer kernels' TMA K/V loads (Plan::sm90_tma, kv_tma.h): pages of a multiple of 16 slots, so a
+// 16-slot (or larger) box never crosses a page; smaller pages keep the cp.async gather.
+constexpr int kTmaMinBoxRows = 16;
+constexpr bool tma_applies(long long page_size) { return page_size > 0 && page_size % kTmaMinBoxRows == 0; }
+
 constexpr bool is_ws(int variant) {
   return variant == kWarpSpecialized || variant == kPingPong || variant == kPingPongEager;
 }

@@ -5,8 +5,10 @@
 // Two consumer warpgroups own 64 rows each and every key of a tile (tile_math.cuh: S = Q K^T by
 // SS wgmma, online softmax in registers, O += P V by RS wgmma). K/V tiles of N keys (128 up to
 // d 128 and at 192/128, 96 at d 192, 64 at d 256: config.h tile_keys) are gathered
-// per token through the page table by cp.async (16-byte chunks per token row: pages of any size
-// rule out TMA tiles) into 128-byte swizzled panels (tile_load.cuh, common/wgmma.cuh).
+// per token through the page table by cp.async (16-byte chunks per token row) into 128-byte
+// swizzled panels (tile_load.cuh, common/wgmma.cuh); or, in the producer kernels with Plan::sm90_tma
+// (pages of a multiple of 16), whole tiles below k_len by TMA boxes of a page run each
+// (tile_load_tma.cuh), the rest still by cp.async.
 //
 // Kernels (config.h): kCoop, where the consumers also load (2 stages, a CTA barrier per tile);
 // kWarpSpecialized, where a producer warpgroup loads (3 stages, full/empty mbarriers); kPingPong
@@ -25,6 +27,7 @@
 #include "config.h"
 #include "cta.cuh"
 #include "cuda/common/sm90/sync.cuh"
+#include "tile_load_tma.cuh"
 #include "tile_math.cuh"
 
 namespace attnserve::cuda::attn90 {
@@ -72,8 +75,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
 }
 
 // PINGPONG: kPingPong (LAZY) or kPingPongEager (!LAZY); else kWarpSpecialized (LAZY).
+// kv_tma: the caches' tensor maps (Plan::sm90_tma) or box_rows 0 (every tile by cp.async).
 template <typename T, int D, int DV, bool PINGPONG, bool LAZY>
-__global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreadsWs, 1)
+    attention_sm90_ws_kernel(const Params p, const __grid_constant__ KvTma kv_tma) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   using Tr = Traits<D, DV>;
   constexpr int kStagesWs = Tr::kStagesWs;
@@ -101,18 +106,32 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
     // publishes its copies of a tile through cp.async.mbarrier.arrive (the arrival happens when
     // they land), so it never waits on its own copies and up to three tiles are in flight. The
     // consumers fence the landed bytes into the async proxy after their full-barrier wait.
+    // TMA tiles (tile_load_tma.cuh, kv_tma.box_rows > 0): warp 0 issues the boxes, lane 0 announcing
+    // the bytes; the other threads only arrive. The rest, and every tile without maps, by cp.async.
     sm90::setmaxnreg_dec<kProducerRegs>();
     Loader<D, DV, 128> ld(p, b, tid);
-    ld.load_q(p, b, sQ);  // tracked by tile 0's arrival
+    ld.load_q(p, b, sQ);
+    if (n > 0) sm90::cp_async_mbar_arrive_inc(full(0));  // Q's copies, as an extra arrival on tile 0's phase
     auto produce = [&](auto pow2) {
       constexpr bool kPow2 = decltype(pow2)::value;
       for (int t = 0; t < n; ++t) {
         const int s = t % kStagesWs;
-        ld.template read_pages_t<kPow2>(p, b, t);  // page-id loads in flight during the wait below
+        const bool tma = tma_tile<Tr::kN>(p, b, kv_tma, t);
+        if (!tma) ld.template read_pages_t<kPow2>(p, b, t);  // page-id loads in flight during the wait below
         if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
         char* dK = sKV + s * Tr::kStageBytes;
-        ld.template issue_t<kPow2>(p, b, t, dK, dK + Tr::kKBytes);
-        sm90::cp_async_mbar_arrive(full(s));
+        if (tma) {
+          if (warp == 0) {
+            const uint32_t sK = ptx::smem_addr(dK);
+            issue_tile_tma<D, DV>(p, b, kv_tma, t, sK, sK + Tr::kKBytes, full(s), lane);
+            if (lane != 0) sm90::mbar_arrive(full(s));
+          } else {
+            sm90::mbar_arrive(full(s));
+          }
+        } else {
+          ld.template issue_t<kPow2>(p, b, t, dK, dK + Tr::kKBytes);
+          sm90::cp_async_mbar_arrive(full(s));
+        }
       }
     };
     if (p.page_shift >= 0) produce(std::true_type{});
@@ -206,10 +225,13 @@ __global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_ws_kernel(const 
 #endif
 }
 
+// tma: the producer kernels load whole K/V tiles by TMA where the cache allows it (kv_tma.h).
 template <typename T, int D, int DV>
-void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t stream) {
+void launch(const Params& p, int variant, bool tma, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
   if (is_ws(variant)) {
+    KvTma maps{};
+    if (tma) encode_kv_tma(p, D, DV, Traits<D, DV>::kN, maps);  // box_rows stays 0 where it fails
     // kPingPongEager where it is not instantiated (the plan never picks it there): kPingPong's kernel.
     constexpr bool kEagerLazy = !variant_built(D, DV, kPingPongEager);
     auto kernel = variant == kPingPong        ? attention_sm90_ws_kernel<T, D, DV, true, true>
@@ -224,7 +246,7 @@ void launch(const Params& p, int variant, int m_blocks, int batch, cudaStream_t 
       return true;
     }();
     (void)configured;
-    kernel<<<grid, kThreadsWs, smem, stream>>>(p);
+    kernel<<<grid, kThreadsWs, smem, stream>>>(p, maps);
   } else {
     auto kernel = attention_sm90_kernel<T, D, DV>;
     static const bool configured = [&] {

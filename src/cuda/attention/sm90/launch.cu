@@ -9,15 +9,15 @@
 namespace attnserve::cuda::attn90 {
 
 template <typename T, int D, int DV>
-void launch(const attn::Params& p, int variant, int m_blocks, int batch, cudaStream_t stream);
+void launch(const attn::Params& p, int variant, bool tma, int m_blocks, int batch, cudaStream_t stream);
 
-void launch_paged_attention(const attn::Params& p, DType dtype, int d, int d_v, int variant, int m_blocks, int batch,
-                            cudaStream_t stream) {
+void launch_paged_attention(const attn::Params& p, DType dtype, int d, int d_v, int variant, bool tma, int m_blocks,
+                            int batch, cudaStream_t stream) {
   ATTNSERVE_CHECK(dtype == DType::bf16 || dtype == DType::f16, "paged_attention (sm90): bf16 or f16");
   const bool launched = HeadDims::dispatch(d, d_v, [&](auto dims) {
     using Dims = decltype(dims);
-    if (dtype == DType::bf16) launch<__nv_bfloat16, Dims::d, Dims::d_v>(p, variant, m_blocks, batch, stream);
-    else launch<__half, Dims::d, Dims::d_v>(p, variant, m_blocks, batch, stream);
+    if (dtype == DType::bf16) launch<__nv_bfloat16, Dims::d, Dims::d_v>(p, variant, tma, m_blocks, batch, stream);
+    else launch<__half, Dims::d, Dims::d_v>(p, variant, tma, m_blocks, batch, stream);
   });
   ATTNSERVE_CHECK(launched, "paged_attention (sm90): head dims ", HeadDims::str(), ", got ", d, "/", d_v);
 }

@@ -1,4 +1,4 @@
-// Hopper TMA (the bulk tensor copy engine, sm_90a): one 2-D box of a tensor map into shared memory,
+// Hopper TMA (the bulk tensor copy engine, sm_90a): one 2-D or 3-D box of a tensor map into shared memory,
 // completing its bytes on an mbarrier (mbar_arrive_expect_tx in sync.cuh announces them). The tensor
 // map itself is encoded on the host (cuTensorMapEncodeTiled) and passed as a __grid_constant__ kernel
 // parameter, so `map` is its address in parameter space.
@@ -15,6 +15,15 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
           dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+// Box at coordinates (c0 = innermost, c1, c2) of a 3-D `map`; coordinates may lie outside the tensor
+// (those elements land as zeros and still count their bytes on `bar`).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
 #endif

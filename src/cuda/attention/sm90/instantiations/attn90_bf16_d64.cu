@@ -2,5 +2,5 @@
 #include "../kernel.cuh"
 
 namespace attnserve::cuda::attn90 {
-template void launch<__nv_bfloat16, 64, 64>(const Params&, int, int, int, cudaStream_t);
+template void launch<__nv_bfloat16, 64, 64>(const Params&, int, bool, int, int, cudaStream_t);
 }  // namespace attnserve::cuda::attn90
