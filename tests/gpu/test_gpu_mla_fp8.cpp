@@ -41,7 +41,7 @@ Fp8Outcome check_fp8(const Fp8Spec& s, std::mt19937_64& g, int rows_per_block = 
   if (cfg.kernel == cuda::mla::Kernel::sm90) {
     // Both Hopper producers (cp.async; TMA boxes where the page size allows) land the same raw bytes in the
     // same places and dequantize them alike: bitwise-equal outputs.
-    EXPECT_FALSE(cfg.sm90_tma);  // the default on an FP8 cache
+    EXPECT_EQ(cfg.sm90_tma, cuda::mla90::tma_applies(s.page_size));  // the default on an FP8 cache
     for (int tma : {0, 1}) {
       SCOPED_TRACE("sm90_tma " + std::to_string(tma));
       tune.sm90_tma = tma;

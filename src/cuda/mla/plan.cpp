@@ -125,10 +125,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune, 
     c.smem = mla90::smem_bytes();
     c.split_keys = 0;
     c.sm90_tma = mla90::tma_applies(p.page_size) &&
-                 (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && !fp8 && c.m_blocks >= mla90::kTmaMinRowBlocks));
-    ATTNSERVE_CHECK(tune.sm90_schedule < 0 || mla90::valid_schedule(tune.sm90_schedule), kOp,
-                    ": unknown sm90_schedule ", tune.sm90_schedule);
-    c.sm90_schedule = c.sm90_tma && !fp8 ? (tune.sm90_schedule < 0 ? mla90::kDefaultSchedule : tune.sm90_schedule) : 0;
+                 (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && (fp8 || c.m_blocks >= mla90::kTmaMinRowBlocks)));
     c.num_splits = heuristic_splits(p.b * c.m_blocks, caps.num_sms, tiles / 2);
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, tiles));
   }

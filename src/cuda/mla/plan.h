@@ -40,7 +40,6 @@ struct Plan {
   int num_splits = 1;
   int split_keys = 0;
   bool sm90_tma = false;  // sm90: whole tiles by TMA boxes (sm90/producer_tma.cuh, producer_fp8.cuh), else cp.async
-  int sm90_schedule = 0;  // sm90 with sm90_tma on a bf16 cache: the consumers' schedule (sm90/config.h kSched*)
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
 };
@@ -55,12 +54,9 @@ struct MlaTuning {
   // 0 never, 1 whenever it supports the call.
   int sm90 = -1;
   // Hopper kernel's producer: -1 auto (bf16 cache: TMA where it applies and the request's rows span
-  // >= mla90::kTmaMinRowBlocks blocks; FP8-656 cache: cp.async), 0 cp.async, 1 TMA boxes where they apply
-  // (page_size % 64 == 0; any other call keeps cp.async).
+  // >= mla90::kTmaMinRowBlocks blocks; FP8-656 cache: TMA where it applies), 0 cp.async, 1 TMA boxes where they
+  // apply (page_size % 64 == 0; any other call keeps cp.async).
   int sm90_tma = -1;
-  // Hopper kernel's consumer schedule over bf16 TMA tiles: -1 the default (mla90::kDefaultSchedule), else one of
-  // mla90::kSchedules (sm90/config.h); 0 wherever the TMA producer does not run.
-  int sm90_schedule = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernel needs the sm_90a build); tests pass their own.

@@ -17,23 +17,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
 }
-
-// An L2 policy that marks the lines it touches first to evict (for data read once, or by a few CTAs at once).
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
-// tma_load_2d with an L2 cache policy (l2_evict_first_policy).
-__device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const void* map, int col, int row, uint32_t bar,
-                                                 uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-      "%3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "l"(policy)
-      : "memory");
-}
 #endif
 
 }  // namespace attnserve::cuda::sm90

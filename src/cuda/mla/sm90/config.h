@@ -34,11 +34,9 @@ static_assert(128 * (kProducerRegs + kSoftmaxRegs + kPvRegs) <= kEntryRegs * kTh
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
 // Q tile + ring of K tiles + P (one panel, bf16) + alpha and 1/l per row (f32) + 3 x kStages mbarriers
-// (full, empty, and the FP8 TMA producer's raw-bytes-landed) + kStages x kPanels per-panel full barriers
-// (the bf16 TMA producer's panel-wise schedules).
+// (full, empty, and the FP8 TMA producer's raw-bytes-landed).
 constexpr std::size_t smem_bytes() {
-  return kAlignSlack + std::size_t(kTileBytes) * (1 + kStages) + kPanelBytes + 2 * kRows * 4 + 3 * kStages * 8 +
-         kStages * kPanels * 8;
+  return kAlignSlack + std::size_t(kTileBytes) * (1 + kStages) + kPanelBytes + 2 * kRows * 4 + 3 * kStages * 8;
 }
 static_assert(smem_bytes() <= 232448, "over the 227 KB of dynamic shared memory per block on sm_90");
 
@@ -47,27 +45,10 @@ static_assert(smem_bytes() <= 232448, "over the 227 KB of dynamic shared memory 
 constexpr bool tma_applies(long long page_size) { return page_size % kTileKeys == 0; }
 // The plan takes it by default on a bf16 cache where it applies and a request's packed rows span at least this many
 // 64-row blocks, i.e. where two or more CTAs read each tile (measured: b128 x 8K h_q 128 +11-14 %, b64 s_q 2 and b16 x
-// 32K h_q 128 +9-13 %; with one block per request, h_q 16 / 64, 1-3 % slower: bench/NOTES.md "Session 6").
+// 32K h_q 128 +9-13 %; with one block per request, h_q 16 / 64, 1-3 % slower: bench/NOTES.md "Session 6"). On an
+// FP8-656 cache it takes it wherever it applies, whatever the row blocks (measured b128 x 8K: h_q 16 / 64 / 128
+// 14-21 % faster than the FP8 cp.async producer: bench/NOTES.md "Session 6: ... the FP8-656 TMA producer measured").
 constexpr int kTmaMinRowBlocks = 2;
-
-// How the consumers walk the bf16 TMA producer's tiles (MlaTuning::sm90_schedule, bits; kernel.cuh). With TMA the
-// consumer chain S -> softmax -> P V bounds h_q 128 (bench/NOTES.md "Session 6"), so these retry session 5's
-// schedules (measured while the cp.async ring was the bound) on top of it:
-//   kSchedPanelWaits  a full barrier per (stage, panel), one TMA box each; WG 1 issues S(t)'s four k-steps of a
-//                     panel as soon as that panel landed (FlashMLA's "fine-grained TMA copy - GEMM pipelining")
-//   kSchedEarlyS      (with kSchedPanelWaits) S(t + 1)'s first panel queued right behind P V(t), so the tensor
-//                     pipe does not drain between the two; tile t is released once P V(t) alone is done
-//   kSchedEvictFirst  the TMA boxes carry an L2 evict-first policy (each tile is read by the CTAs of its request
-//                     within a short time, then never again)
-constexpr int kSchedPanelWaits = 1, kSchedEarlyS = 2, kSchedEvictFirst = 4;
-constexpr int kSchedules[] = {0, kSchedPanelWaits, kSchedPanelWaits | kSchedEarlyS, kSchedEvictFirst,
-                              kSchedPanelWaits | kSchedEarlyS | kSchedEvictFirst};
-constexpr int kDefaultSchedule = 0;
-constexpr bool valid_schedule(int s) {
-  for (int v : kSchedules)
-    if (v == s) return true;
-  return false;
-}
 
 // Whether this build carries the sm_90a kernel (CMake defines ATTNSERVE_HAVE_SM90).
 #ifdef ATTNSERVE_HAVE_SM90

@@ -298,10 +298,6 @@ struct Smem {
   __device__ __forceinline__ uint32_t empty(int t) const { return bars + uint32_t((kStages + t % kStages) * 8); }
   // Fill::kFp8Tma: tile t's raw bytes landed in its stage (before the producer dequantizes them).
   __device__ __forceinline__ uint32_t landed(int t) const { return bars + uint32_t((2 * kStages + t % kStages) * 8); }
-  // kSchedPanelWaits: panel pn of tile t landed (one TMA box, or the whole tile by cp.async).
-  __device__ __forceinline__ uint32_t panel_full(int t, int pn) const {
-    return bars + uint32_t((3 * kStages + (t % kStages) * kPanels + pn) * 8);
-  }
 };
 
 // S = Q K^T into s (no commit): k-step k lives in panel k / 4 at byte 32 (k % 4).
@@ -314,27 +310,8 @@ __device__ __forceinline__ void issue_s(uint64_t dq, uint32_t sK, float (&s)[32]
   }
 }
 
-// S's k-steps of panels [pn0, pn1) of tile t into s (no commit), each panel once its barrier says it landed
-// (kSchedPanelWaits). The first k-step (panel 0) overwrites s.
-__device__ __forceinline__ void issue_s_panels(uint64_t dq, const Smem& sm, int t, int pn0, int pn1, float (&s)[32]) {
-  const uint64_t dk = sm90::desc_kmajor(sm.stage(t));
-#pragma unroll
-  for (int pn = 0; pn < kPanels; ++pn) {
-    if (pn < pn0 || pn >= pn1) continue;  // uniform; unrolled, so every wgmma has constant offsets
-    sm90::mbar_wait(sm.panel_full(t, pn), (t / kStages) & 1);
-    if (pn == 0) sm90::fence_proxy_async();  // a cp.async tile (all panels landed together)
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t off = uint32_t(pn * kPanelBytes + kk * 32);
-      sm90::Wgmma<__nv_bfloat16, 64>::ss<0, 0>(s, desc_plus(dq, off), desc_plus(dk, off), pn + kk > 0 ? 1 : 0);
-    }
-  }
-}
-
 // WG 1: per tile t, S(t), its softmax, P(t) handed to WG 2, then P V(t) on columns 0..255, in series
-// (kSched 0); with kSchedPanelWaits S(t) panel by panel as the boxes land; with kSchedEarlyS S(t + 1)'s
-// first panel queued behind P V(t).
-template <int kSched>
+// (issuing S(t + 1) under P V(t) spilled in a first try; the next step).
 __device__ __forceinline__ void softmax_role(const Params& p, const Block& b, const Smem& sm, int warp, int lane) {
   Rows rw;
   rw.init(warp & 3, lane);
@@ -382,48 +359,22 @@ __device__ __forceinline__ void softmax_role(const Params& p, const Block& b, co
                                                 desc_plus(dv, uint32_t(kk * 16 * 128)), 1);
   };
   auto pin = [&] { sm90::fence_regs(o); };
-  if constexpr ((kSched & kSchedPanelWaits) == 0) {
-    for (int t = 0; t < n; ++t) {
-      sm90::mbar_wait(sm.full(t), (t / kStages) & 1);
-      sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
-      sm90::wg_fence();
-      issue_s(dq, sm.stage(t), s);
-      sm90::wg_commit();
-      sm90::wg_wait<0>();
-      sm90::fence_regs(s);
-      prepare(t);
-      pin();
-      sm90::wg_fence();
-      issue_pv(sm.stage(t));
-      sm90::wg_commit();
-      sm90::wg_wait<0>();
-      pin();
-      sm90::mbar_arrive(sm.empty(t));  // this warpgroup's reads of tile t are done
-    }
-  } else {
-    constexpr bool kEarly = (kSched & kSchedEarlyS) != 0;
-    for (int t = 0; t < n; ++t) {
-      sm90::wg_fence();
-      issue_s_panels(dq, sm, t, kEarly && t > 0 ? 1 : 0, kPanels, s);  // early: panel 0 queued in iteration t - 1
-      sm90::wg_commit();
-      sm90::wg_wait<0>();
-      sm90::fence_regs(s);
-      prepare(t);
-      pin();
-      sm90::wg_fence();
-      issue_pv(sm.stage(t));
-      sm90::wg_commit();
-      if (kEarly && t + 1 < n) {
-        issue_s_panels(dq, sm, t + 1, 0, 1, s);  // the other stage; s is free once prepare(t) packed P(t)
-        sm90::wg_commit();
-        sm90::wg_wait<1>();  // P V(t) done, S(t + 1)'s first panel may still run
-      } else {
-        sm90::wg_wait<0>();
-      }
-      pin();
-      sm90::mbar_arrive(sm.empty(t));  // this warpgroup's reads of tile t are done
-    }
-    sm90::wg_wait<0>();  // no-op (the last tile waited for all); tells ptxas O is final before the stores
+  for (int t = 0; t < n; ++t) {
+    sm90::mbar_wait(sm.full(t), (t / kStages) & 1);
+    sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
+    sm90::wg_fence();
+    issue_s(dq, sm.stage(t), s);
+    sm90::wg_commit();
+    sm90::wg_wait<0>();
+    sm90::fence_regs(s);
+    prepare(t);
+    pin();
+    sm90::wg_fence();
+    issue_pv(sm.stage(t));
+    sm90::wg_commit();
+    sm90::wg_wait<0>();
+    pin();
+    sm90::mbar_arrive(sm.empty(t));  // this warpgroup's reads of tile t are done
   }
   // The final 1/l per row for WG 2, then this half and the LSE.
   const float L0 = ptx::quad_sum(st.l0), L1 = ptx::quad_sum(st.l1);
@@ -440,7 +391,6 @@ __device__ __forceinline__ void softmax_role(const Params& p, const Block& b, co
 }
 
 // WG 2: per tile, O[:, 256:512) = alpha O + P V with P from shared memory.
-template <int kSched>
 __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const Smem& sm, int warp, int lane) {
   Rows rw;
   rw.init(warp & 3, lane);
@@ -451,13 +401,7 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
   const uint64_t dp = sm90::desc_kmajor(sm.p_tile);
   for (int t = 0; t < b.n_tiles; ++t) {
     sm90::named_sync(kBarPFull, 256);
-    // completed already (WG 1 waited); orders the bytes
-    if constexpr ((kSched & kSchedPanelWaits) != 0) {
-#pragma unroll
-      for (int pn = 4; pn < 8; ++pn) sm90::mbar_wait(sm.panel_full(t, pn), (t / kStages) & 1);
-    } else {
-      sm90::mbar_wait(sm.full(t), (t / kStages) & 1);
-    }
+    sm90::mbar_wait(sm.full(t), (t / kStages) & 1);  // completed already (WG 1 waited); orders the bytes
     sm90::fence_proxy_async();
     scale_rows(o, sm.alpha[rw.r0], sm.alpha[rw.r1]);
     sm90::fence_regs(o);
@@ -495,10 +439,8 @@ struct KvMaps {
   CUtensorMap map[3];
 };
 
-// kSched: the consumers' schedule (config.h), Fill::kTma only (0 for the other producers).
-template <Fill kFill, int kSched = 0>
+template <Fill kFill>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, const __grid_constant__ KvMaps kv) {
-  static_assert(kSched == 0 || kFill == Fill::kTma, "the panel-wise schedules need the bf16 TMA producer");
 #if defined(ATTNSERVE_SM90_DEVICE)
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -518,7 +460,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
       sm90::mbar_init(sm.full(s), kFill == Fill::kTma ? 1 : 128);
       sm90::mbar_init(sm.empty(s), 256);  // every consumer thread, after its wgmmas read the tile
       sm90::mbar_init(sm.landed(s), 1);   // kFp8Tma: thread 0 (produce_fp8_tma)
-      for (int pn = 0; pn < kPanels; ++pn) sm90::mbar_init(sm.panel_full(s, pn), 1);  // kSchedPanelWaits: thread 0
     }
   __syncthreads();
   if (wg == 0) {
@@ -531,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
     } else if constexpr (kFill == Fill::kFp8Tma) {
       produce_fp8_tma(p, b, sm, ld, tid, &kv.map[0], &kv.map[1], &kv.map[2]);
     } else if constexpr (kFill == Fill::kTma) {
-      produce_tma<kSched>(p, b, sm, ld, tid, &kv.map[0]);
+      produce_tma(p, b, sm, ld, tid, &kv.map[0]);
     } else {
       if (b.n_tiles > 0) ld.load_q(p, b, sm.q);
       for (int t = 0; t < b.n_tiles; ++t) {
@@ -543,10 +484,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
     asm volatile("cp.async.wait_all;\n" ::: "memory");
   } else if (wg == 1) {
     sm90::setmaxnreg_inc<kSoftmaxRegs>();
-    softmax_role<kSched>(p, b, sm, warp, lane);
+    softmax_role(p, b, sm, warp, lane);
   } else {
     sm90::setmaxnreg_inc<kPvRegs>();
-    pv_role<kSched>(p, b, sm, warp, lane);
+    pv_role(p, b, sm, warp, lane);
   }
 #endif
 }

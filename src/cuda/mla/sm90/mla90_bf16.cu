@@ -10,15 +10,15 @@ namespace attnserve::cuda::mla90 {
 
 namespace {
 
-template <Fill kFill, int kSched = 0>
+template <Fill kFill>
 void launch_fill(const mla::Params& p, const KvMaps& maps, const dim3& grid, cudaStream_t stream) {
   static const bool configured = [] {  // once per instantiation: the dynamic shared-memory limit
-    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(mla_sm90_kernel<kFill, kSched>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
+    ATTNSERVE_CUDA_CHECK(
+        cudaFuncSetAttribute(mla_sm90_kernel<kFill>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
     return true;
   }();
   (void)configured;
-  mla_sm90_kernel<kFill, kSched><<<grid, kThreads, smem_bytes(), stream>>>(p, maps);
+  mla_sm90_kernel<kFill><<<grid, kThreads, smem_bytes(), stream>>>(p, maps);
 }
 
 // The TMA producer's tensor map of the cache: [num_pages * page_size rows][576] bf16 with the slot
@@ -33,22 +33,11 @@ bool kv_tensor_map(const mla::Params& p, CUtensorMap& map) {
 
 }  // namespace
 
-void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, bool tma, int schedule, cudaStream_t stream) {
-  ATTNSERVE_CHECK(valid_schedule(schedule), "mla sm90: unknown schedule ", schedule);
+void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, bool tma, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.num_splits), unsigned(batch));
   KvMaps maps{};
-  if (tma && kv_tensor_map(p, maps.map[0])) {
-    constexpr int kPw = kSchedPanelWaits, kEs = kSchedEarlyS, kEf = kSchedEvictFirst;
-    switch (schedule) {
-      case 0: launch_fill<Fill::kTma, 0>(p, maps, grid, stream); break;
-      case kPw: launch_fill<Fill::kTma, kPw>(p, maps, grid, stream); break;
-      case kPw | kEs: launch_fill<Fill::kTma, kPw | kEs>(p, maps, grid, stream); break;
-      case kEf: launch_fill<Fill::kTma, kEf>(p, maps, grid, stream); break;
-      default: launch_fill<Fill::kTma, kPw | kEs | kEf>(p, maps, grid, stream); break;
-    }
-  } else {
-    launch_fill<Fill::kCpAsync>(p, maps, grid, stream);
-  }
+  if (tma && kv_tensor_map(p, maps.map[0])) launch_fill<Fill::kTma>(p, maps, grid, stream);
+  else launch_fill<Fill::kCpAsync>(p, maps, grid, stream);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,8 +10,7 @@ namespace attnserve::cuda::mla90 {
 // Grid (m_blocks, num_splits, batch) of 384-thread CTAs with 64 packed rows each (config.h). tma
 // (Plan::sm90_tma): whole tiles by TMA boxes where the cache allows it (page_size % 64 == 0, 16-byte
 // aligned slots), else the cp.async producer.
-// schedule: the consumers' walk of the TMA tiles (config.h kSched*; ignored with the cp.async producer).
-void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, bool tma, int schedule, cudaStream_t stream);
+void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, bool tma, cudaStream_t stream);
 // The same kernel over an FP8-656 cache (p.kv_fp8), dequantized by its producer (producer_fp8.cuh).
 // tma: the raw tokens of whole tiles by TMA boxes where the cache allows it (page_size % 64 == 0), else cp.async.
 void launch_mla_sm90_fp8(const mla::Params& p, int m_blocks, int batch, bool tma, cudaStream_t stream);

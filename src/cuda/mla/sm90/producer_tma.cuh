@@ -14,9 +14,6 @@
 //     (zero rows past k_end / on invalid pages), each thread's cp.async arrival raising the barrier's
 //     pending count, then, after a producer barrier, thread 0's one expected arrival.
 // Q is loaded by cp.async and has landed (wait_all + producer barrier) before thread 0's first arrival.
-// kSched (config.h): with kSchedPanelWaits each of the nine boxes completes on its own panel barrier
-// (sm.panel_full, count 1, 8 KB each) and the cp.async rows arrive on all nine; kSchedEvictFirst adds an L2
-// evict-first policy to the boxes.
 #pragma once
 #include <cstdint>
 
@@ -33,17 +30,14 @@ constexpr int kTmaBarProducer = 9;  // named barrier of the 128 producer threads
 
 // The producer warpgroup's whole job by TMA (Block, Smem, Producer: kernel.cuh's); kv_map: the cache as
 // [num_pages * page_size][576] bf16, 64 x 64 boxes, 128-byte swizzle (mla90_bf16.cu).
-template <int kSched, class Block, class Smem, class Producer>
+template <class Block, class Smem, class Producer>
 __device__ __forceinline__ void produce_tma(const mla::Params& p, const Block& b, const Smem& sm, const Producer& ld,
                                             int tid, const void* kv_map) {
-  constexpr bool kPanelWaits = (kSched & kSchedPanelWaits) != 0, kEvictFirst = (kSched & kSchedEvictFirst) != 0;
   if (b.n_tiles == 0) return;
   ld.load_q(p, b, sm.q);
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   sm90::named_sync(kTmaBarProducer, 128);
   const int* pt = p.page_table + int64_t(b.r) * p.pt_st;
-  uint64_t policy = 0;
-  if constexpr (kEvictFirst) policy = sm90::l2_evict_first_policy();
   for (int t = 0; t < b.n_tiles; ++t) {
     if (t >= kStages) sm90::mbar_wait(sm.empty(t), ((t / kStages) - 1) & 1);
     const int j0 = b.k_begin + t * kTileKeys, pi = j0 / p.page_size, off = j0 - pi * p.page_size;
@@ -51,35 +45,17 @@ __device__ __forceinline__ void produce_tma(const mla::Params& p, const Block& b
     const int page = whole ? __ldg(pt + pi) : -1;  // the same value in every thread: a uniform branch
     if (unsigned(page) < unsigned(p.num_pages)) {
       if (tid == 0) {
-        if constexpr (!kPanelWaits) sm90::mbar_arrive_expect_tx(sm.full(t), kTileBytes);
+        sm90::mbar_arrive_expect_tx(sm.full(t), kTileBytes);
         const int row = page * p.page_size + off;  // < 2^31: the plan's pool limit
 #pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) {
-          const uint32_t bar = kPanelWaits ? sm.panel_full(t, pn) : sm.full(t);
-          if constexpr (kPanelWaits) sm90::mbar_arrive_expect_tx(bar, kPanelBytes);
-          const uint32_t dst = sm.stage(t) + uint32_t(pn * kPanelBytes);
-          if constexpr (kEvictFirst) sm90::tma_load_2d_hint(dst, kv_map, pn * 64, row, bar, policy);
-          else sm90::tma_load_2d(dst, kv_map, pn * 64, row, bar);
-        }
+        for (int pn = 0; pn < kPanels; ++pn)
+          sm90::tma_load_2d(sm.stage(t) + uint32_t(pn * kPanelBytes), kv_map, pn * 64, row, sm.full(t));
       }
     } else {
       ld.load_tile(p, b, t, sm.stage(t));
-      if constexpr (kPanelWaits) {
-        // each arrival tracks all of this thread's copies of the tile: every panel barrier waits for the whole tile
-#pragma unroll
-        for (int pn = 0; pn < kPanels; ++pn) sm90::cp_async_mbar_arrive_inc(sm.panel_full(t, pn));
-      } else {
-        sm90::cp_async_mbar_arrive_inc(sm.full(t));
-      }
+      sm90::cp_async_mbar_arrive_inc(sm.full(t));
       sm90::named_sync(kTmaBarProducer, 128);  // every thread's increment before thread 0's arrival
-      if (tid == 0) {
-        if constexpr (kPanelWaits) {
-#pragma unroll
-          for (int pn = 0; pn < kPanels; ++pn) sm90::mbar_arrive(sm.panel_full(t, pn));
-        } else {
-          sm90::mbar_arrive(sm.full(t));
-        }
-      }
+      if (tid == 0) sm90::mbar_arrive(sm.full(t));
     }
   }
 }
