@@ -942,6 +942,17 @@ int main(int argc, char** argv) try {
       bench_mla("mla producer decode b128 hq64 8K page64" + v, 128, 64, 8192, 64, 1, t);
       bench_mla("mla producer decode b128 hq16 8K page64" + v, 128, 16, 8192, 64, 1, t);
     }
+  // The same over the FP8-656 cache (the dequantizing producer's raw bytes by cp.async or by TMA boxes).
+  for (int round : {1, 2})
+    for (int tma : {0, 1}) {
+      cuda::mla::MlaTuning t;
+      t.sm90 = 1;
+      t.sm90_tma = tma;
+      const std::string v = std::string(tma ? " tma" : " cp.async") + " r" + std::to_string(round);
+      bench_mla("mla fp8 producer decode b128 hq16 8K page64" + v, 128, 16, 8192, 64, 1, t, false, true);
+      bench_mla("mla fp8 producer decode b128 hq64 8K page64" + v, 128, 64, 8192, 64, 1, t, false, true);
+      bench_mla("mla fp8 producer decode b128 hq128 8K page64" + v, 128, 128, 8192, 64, 1, t, false, true);
+    }
   if (!g_quick) {  // A/B within the run: pipeline depth at h_q 16, row block at h_q 128, a repeat for spread
     for (int st : {3, 4})
       bench_mla("mla sweep decode b128 hq16 8K page64 stages" + std::to_string(st), 128, 16, 8192, 64, 1,

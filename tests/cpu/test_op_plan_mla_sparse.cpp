@@ -109,7 +109,7 @@ TEST(OpPlanMla, HopperKernelOnSm90) {
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 4, 20, 8192), kH200, {}, kSm90Build).m_blocks, 2);  // 80 rows
   // The bf16 producer: TMA boxes where a 64-key tile is one page's part (page_size % 64 == 0), by default
   // where a request spans >= 2 row blocks (h_q 128, or s_q 2 at h_q 64), or when asked; cp.async at other
-  // page sizes, on an FP8 cache, with one row block per request by default, or sm90_tma = 0.
+  // page sizes, with one row block per request by default, or sm90_tma = 0; on an FP8 cache wherever it applies.
   EXPECT_TRUE(h128.sm90_tma);
   EXPECT_TRUE(cuda::mla::make_plan(mla(64, 2, 64, 4096), kH200, {}, kSm90Build).sm90_tma);
   EXPECT_FALSE(h16.sm90_tma);
@@ -121,7 +121,12 @@ TEST(OpPlanMla, HopperKernelOnSm90) {
   for (int page : {1, 16, 32, 96})
     EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192, page), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
   EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.sm90_tma = 0}, kSm90Build).sm90_tma);
-  EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
+  EXPECT_TRUE(cuda::mla::make_plan(mla_fp8(128, 1, 128, 8192), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_TRUE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {}, kSm90Build).sm90_tma);  // one row block too
+  EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192, 1), kH200, {}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {.sm90_tma = 0}, kSm90Build).sm90_tma);
+  EXPECT_TRUE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
+  EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192, 1), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
   // Forced splits apply to it; pinned portable fields and sm90 = 0 keep the portable kernel.
   EXPECT_EQ(cuda::mla::make_plan(mla(2, 1, 128, 1000), kH200, {.num_splits = 3, .sm90 = 1}, kSm90Build).num_splits, 3);
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 32}, kSm90Build).kernel,

@@ -4,8 +4,10 @@
 // the f32 oracle on the same FP8 cache. h_q 16 / 32 / 64 / 128 and 20 (a partial 64-row block), page
 // sizes 1 / 64, s_q 1 / 2, all-zero tokens and zero tiles (finite power-of-two scales), lse, forced
 // splits, deterministic mode (bits independent of the row block), every run twice with identical bits.
-// Slots no request owns hold 0xff bytes (NaN values and scales): reading one poisons the result.
+// Slots no request owns hold 0xff bytes (NaN values and scales): reading one poisons the result. The Hopper
+// kernel runs with both producers (cp.async, TMA boxes at page 64), which must agree bit for bit.
 // Inputs and checks: mla_batch.h (fp8_cache).
+#include "cuda/mla/sm90/config.h"
 #include "mla_batch.h"
 
 using namespace attnserve;
@@ -34,7 +36,20 @@ Fp8Outcome check_fp8(const Fp8Spec& s, std::mt19937_64& g, int rows_per_block = 
   tune.rows_per_block = rows_per_block;
   const auto cfg = batch.plan(tune);
   if (s.num_splits > 0) EXPECT_EQ(cfg.num_splits, s.num_splits);
-  const MlaRun r = batch.check(tune, std::string(" kernel ") + kernel_name(cfg.kernel), true);
+  const std::string what = std::string(" kernel ") + kernel_name(cfg.kernel);
+  const MlaRun r = batch.check(tune, what, true);
+  if (cfg.kernel == cuda::mla::Kernel::sm90) {
+    // Both Hopper producers (cp.async; TMA boxes where the page size allows) land the same raw bytes in the
+    // same places and dequantize them alike: bitwise-equal outputs.
+    EXPECT_EQ(cfg.sm90_tma, cuda::mla90::tma_applies(s.page_size));  // the default on an FP8 cache
+    for (int tma : {0, 1}) {
+      SCOPED_TRACE("sm90_tma " + std::to_string(tma));
+      tune.sm90_tma = tma;
+      EXPECT_EQ(batch.plan(tune).sm90_tma, tma == 1 && cuda::mla90::tma_applies(s.page_size));
+      const MlaRun v = batch.check(tune, what + (tma ? " tma" : " cp.async"), true);
+      EXPECT_TRUE(same_bytes(v.out, r.out) && same_bytes(v.lse, r.lse)) << "producers' bits differ, tma " << tma;
+    }
+  }
   return {cfg.kernel, r.out, r.lse};
 }
 

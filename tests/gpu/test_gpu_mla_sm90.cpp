@@ -32,13 +32,12 @@ cuda::mla::Kernel check_sm90(const Sm90Spec& s, std::mt19937_64& g) {
   const std::string what = std::string(" kernel ") + kernel_name(cfg.kernel);
   const MlaRun def = batch.check(tune, what);
   if (cfg.kernel != cuda::mla::Kernel::sm90) return cfg.kernel;
-  EXPECT_EQ(cfg.sm90_tma,
-            cfg.m_blocks >= cuda::mla90::kTmaMinRowBlocks && cuda::mla90::tma_applies(s.page_size, false));
+  EXPECT_EQ(cfg.sm90_tma, cfg.m_blocks >= cuda::mla90::kTmaMinRowBlocks && cuda::mla90::tma_applies(s.page_size));
   for (int tma : {0, 1}) {
     SCOPED_TRACE("sm90_tma " + std::to_string(tma));
     tune.sm90_tma = tma;
     const auto c = batch.plan(tune);
-    EXPECT_EQ(c.sm90_tma, tma == 1 && cuda::mla90::tma_applies(s.page_size, false));
+    EXPECT_EQ(c.sm90_tma, tma == 1 && cuda::mla90::tma_applies(s.page_size));
     EXPECT_EQ(c.ws_bytes, cfg.ws_bytes);
     const MlaRun r = batch.check(tune, what + (tma ? " tma" : " cp.async"));
     EXPECT_TRUE(same_bytes(r.out, def.out) && same_bytes(r.lse, def.lse)) << "producers' bits differ, tma " << tma;

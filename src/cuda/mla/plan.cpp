@@ -124,8 +124,8 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune, 
     c.stages = mla90::kStages;
     c.smem = mla90::smem_bytes();
     c.split_keys = 0;
-    c.sm90_tma = mla90::tma_applies(p.page_size, fp8) &&
-                 (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && c.m_blocks >= mla90::kTmaMinRowBlocks));
+    c.sm90_tma = mla90::tma_applies(p.page_size) &&
+                 (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && (fp8 || c.m_blocks >= mla90::kTmaMinRowBlocks)));
     c.num_splits = heuristic_splits(p.b * c.m_blocks, caps.num_sms, tiles / 2);
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, tiles));
   }

@@ -39,7 +39,7 @@ struct Plan {
   int stages = 2;
   int num_splits = 1;
   int split_keys = 0;
-  bool sm90_tma = false;  // sm90, bf16 cache: whole tiles by TMA boxes (sm90/producer_tma.cuh), else cp.async
+  bool sm90_tma = false;  // sm90: whole tiles by TMA boxes (sm90/producer_tma.cuh, producer_fp8.cuh), else cp.async
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
 };
@@ -53,9 +53,9 @@ struct MlaTuning {
   // Hopper kernel: -1 auto (sm_90 device, sm_90a build, not deterministic, no portable field pinned),
   // 0 never, 1 whenever it supports the call.
   int sm90 = -1;
-  // Hopper kernel's producer on a bf16 cache: -1 auto (TMA where it applies and the request's rows span
-  // >= mla90::kTmaMinRowBlocks blocks), 0 the cp.async ring, 1 TMA boxes where they apply (page_size % 64 == 0;
-  // any other call keeps cp.async).
+  // Hopper kernel's producer: -1 auto (bf16 cache: TMA where it applies and the request's rows span
+  // >= mla90::kTmaMinRowBlocks blocks; FP8-656 cache: TMA where it applies), 0 cp.async, 1 TMA boxes where they
+  // apply (page_size % 64 == 0; any other call keeps cp.async).
   int sm90_tma = -1;
 };
 

@@ -33,16 +33,21 @@ static_assert(128 * (kProducerRegs + kSoftmaxRegs + kPvRegs) <= kEntryRegs * kTh
 
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 
-// Q tile + ring of K tiles + P (one panel, bf16) + alpha and 1/l per row (f32) + 2 x kStages mbarriers.
+// Q tile + ring of K tiles + P (one panel, bf16) + alpha and 1/l per row (f32) + 3 x kStages mbarriers
+// (full, empty, and the FP8 TMA producer's raw-bytes-landed).
 constexpr std::size_t smem_bytes() {
-  return kAlignSlack + std::size_t(kTileBytes) * (1 + kStages) + kPanelBytes + 2 * kRows * 4 + 2 * kStages * 8;
+  return kAlignSlack + std::size_t(kTileBytes) * (1 + kStages) + kPanelBytes + 2 * kRows * 4 + 3 * kStages * 8;
 }
+static_assert(smem_bytes() <= 232448, "over the 227 KB of dynamic shared memory per block on sm_90");
 
-// The TMA producer (producer_tma.cuh) needs whole 64-key tiles on one page of a bf16 cache.
-constexpr bool tma_applies(long long page_size, bool fp8_cache) { return !fp8_cache && page_size % kTileKeys == 0; }
-// The plan takes it by default where it applies and a request's packed rows span at least this many 64-row
-// blocks, i.e. where two or more CTAs read each tile (measured: b128 x 8K h_q 128 +11-14 %, b64 s_q 2 and
-// b16 x 32K h_q 128 +9-13 %; with one block per request, h_q 16 / 64, 1-3 % slower: bench/NOTES.md "Session 6").
+// The TMA producers (producer_tma.cuh for a bf16 cache, produce_fp8_tma in producer_fp8.cuh for FP8-656) need
+// whole 64-key tiles on one page.
+constexpr bool tma_applies(long long page_size) { return page_size % kTileKeys == 0; }
+// The plan takes it by default on a bf16 cache where it applies and a request's packed rows span at least this many
+// 64-row blocks, i.e. where two or more CTAs read each tile (measured: b128 x 8K h_q 128 +11-14 %, b64 s_q 2 and b16 x
+// 32K h_q 128 +9-13 %; with one block per request, h_q 16 / 64, 1-3 % slower: bench/NOTES.md "Session 6"). On an
+// FP8-656 cache it takes it wherever it applies, whatever the row blocks (measured b128 x 8K: h_q 16 / 64 / 128
+// 14-21 % faster than the FP8 cp.async producer: bench/NOTES.md "Session 6: ... the FP8-656 TMA producer measured").
 constexpr int kTmaMinRowBlocks = 2;
 
 // Whether this build carries the sm_90a kernel (CMake defines ATTNSERVE_HAVE_SM90).

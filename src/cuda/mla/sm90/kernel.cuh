@@ -296,6 +296,8 @@ struct Smem {
   __device__ __forceinline__ uint32_t stage(int t) const { return ring + uint32_t((t % kStages) * kTileBytes); }
   __device__ __forceinline__ uint32_t full(int t) const { return bars + uint32_t((t % kStages) * 8); }
   __device__ __forceinline__ uint32_t empty(int t) const { return bars + uint32_t((kStages + t % kStages) * 8); }
+  // Fill::kFp8Tma: tile t's raw bytes landed in its stage (before the producer dequantizes them).
+  __device__ __forceinline__ uint32_t landed(int t) const { return bars + uint32_t((2 * kStages + t % kStages) * 8); }
 };
 
 // S = Q K^T into s (no commit): k-step k lives in panel k / 4 at byte 32 (k % 4).
@@ -422,17 +424,23 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
 
 #endif  // ATTNSERVE_SM90_DEVICE
 
-// How the producer fills the stages (the consumers are the same for all three):
+// How the producer fills the stages (the consumers are the same for all):
 //   kCpAsync  bf16 cache, 16-byte cp.async per (key, panel chunk) through the page table (any page size)
-//   kTma      bf16 cache, whole tiles on one page by nine TMA boxes of kv_map, other tiles as kCpAsync
+//   kTma      bf16 cache, whole tiles on one page by nine TMA boxes, other tiles as kCpAsync (producer_tma.cuh)
 //   kFp8      FP8-656 cache, dequantized by the producer into the same bf16 stages (producer_fp8.cuh)
-enum class Fill : int { kCpAsync, kTma, kFp8 };
+//   kFp8Tma   kFp8 with the raw bytes of whole tiles on one page by ten TMA boxes (produce_fp8_tma)
+enum class Fill : int { kCpAsync, kTma, kFp8, kFp8Tma };
 
-// kv_map (kTma only, ignored otherwise): the cache as [num_pages * page_size][576] bf16, 64 x 64 boxes,
-// 128-byte swizzle (mla90_bf16.cu).
+// The TMA producers' tensor maps of the cache (unused by the others). kTma: map[0] = [slots][576] bf16, 64 x 64
+// boxes, 128-byte swizzle (mla90_bf16.cu). kFp8Tma: the FP8-656 rows as [slots][656] bytes, map[0] latent boxes
+// of 64 bytes x 64 keys, map[1] scale boxes of 16 x 64, map[2] rope boxes of 128 x 64 with 128-byte swizzle
+// (mla90_fp8.cu).
+struct KvMaps {
+  CUtensorMap map[3];
+};
+
 template <Fill kFill>
-__global__ void __launch_bounds__(kThreads, 1)
-    mla_sm90_kernel(const Params p, const __grid_constant__ CUtensorMap kv_map) {
+__global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, const __grid_constant__ KvMaps kv) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   char* smem = smem_base();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -451,6 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // every producer thread, when its copies of the tile land (kTma: thread 0, see producer_tma.cuh)
       sm90::mbar_init(sm.full(s), kFill == Fill::kTma ? 1 : 128);
       sm90::mbar_init(sm.empty(s), 256);  // every consumer thread, after its wgmmas read the tile
+      sm90::mbar_init(sm.landed(s), 1);   // kFp8Tma: thread 0 (produce_fp8_tma)
     }
   __syncthreads();
   if (wg == 0) {
@@ -460,8 +469,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Producer ld{tid & 7, tid >> 3};
     if constexpr (kFill == Fill::kFp8) {
       produce_fp8(p, b, sm, ld, tid);
+    } else if constexpr (kFill == Fill::kFp8Tma) {
+      produce_fp8_tma(p, b, sm, ld, tid, &kv.map[0], &kv.map[1], &kv.map[2]);
     } else if constexpr (kFill == Fill::kTma) {
-      produce_tma(p, b, sm, ld, tid, &kv_map);
+      produce_tma(p, b, sm, ld, tid, &kv.map[0]);
     } else {
       if (b.n_tiles > 0) ld.load_q(p, b, sm.q);
       for (int t = 0; t < b.n_tiles; ++t) {

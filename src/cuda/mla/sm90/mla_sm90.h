@@ -12,6 +12,7 @@ namespace attnserve::cuda::mla90 {
 // aligned slots), else the cp.async producer.
 void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, bool tma, cudaStream_t stream);
 // The same kernel over an FP8-656 cache (p.kv_fp8), dequantized by its producer (producer_fp8.cuh).
-void launch_mla_sm90_fp8(const mla::Params& p, int m_blocks, int batch, cudaStream_t stream);
+// tma: the raw tokens of whole tiles by TMA boxes where the cache allows it (page_size % 64 == 0), else cp.async.
+void launch_mla_sm90_fp8(const mla::Params& p, int m_blocks, int batch, bool tma, cudaStream_t stream);
 
 }  // namespace attnserve::cuda::mla90

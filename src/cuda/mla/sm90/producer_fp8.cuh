@@ -26,6 +26,7 @@
 #include "cuda/common/fp8_mla.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/sm90/sync.cuh"
+#include "cuda/common/sm90/tma.cuh"
 #include "cuda/common/sm90/wgmma.cuh"
 #include "cuda/mla/params.h"
 
@@ -137,6 +138,54 @@ __device__ __forceinline__ void produce_fp8(const mla::Params& p, const Block& b
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     sm90::named_sync(kFp8BarProducer, 128);  // every producer thread's copies of tile t landed
     fp8_dequant_stage(sm.stage(t), tid);
+    sm90::fence_proxy_async();  // the bf16 stores, seen by the consumers' wgmmas
+    sm90::mbar_arrive(sm.full(t));
+  }
+}
+
+// The same job with the raw bytes of whole tiles by TMA (Fill::kFp8Tma): a tile of 64 valid keys on one valid
+// page is, in the cache's byte view [slots][656], eight 64 x 64-byte latent boxes (column 64 p -> panel p's upper
+// half, key-major: exactly step 1's layout), one 16 x 64 scale box (column 512 -> panel 0's first KB) and one
+// 128 x 64 rope box with 128-byte swizzle (column 528 -> panel 8, SW128), issued by thread 0 against the stage's
+// landed barrier (count 1, 41 KB of transactions); any other tile takes step 1's cp.async rows, each thread's
+// arrival raising the landed barrier's pending count, then thread 0's arrival. Steps 2-4 as above, except that
+// step 2 waits on the landed barrier.
+template <class Block, class Smem, class Producer>
+__device__ __forceinline__ void produce_fp8_tma(const mla::Params& p, const Block& b, const Smem& sm,
+                                                const Producer& ld, int tid, const void* latent_map,
+                                                const void* scale_map, const void* rope_map) {
+  constexpr uint32_t kRawTileBytes = 8 * 64 * 64 + 16 * 64 + 128 * 64;
+  if (b.n_tiles == 0) return;
+  ld.load_q(p, b, sm.q);
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // Q landed before this thread's first full arrival
+  for (int t = 1; t <= kFp8PrefetchAhead; ++t) fp8_prefetch_tile(p, b, t, ld.lch, ld.lrow);
+  const int* pt = p.page_table + int64_t(b.r) * p.pt_st;
+  for (int t = 0; t < b.n_tiles; ++t) {
+    if (t >= kStages) sm90::mbar_wait(sm.empty(t), ((t / kStages) - 1) & 1);
+    const uint32_t sK = sm.stage(t);
+    const int j0 = b.k_begin + t * kTileKeys, pi = j0 / p.page_size, off = j0 - pi * p.page_size;
+    const bool whole = j0 + kTileKeys <= b.k_end && off + kTileKeys <= p.page_size && pi < p.max_pages;
+    const int page = whole ? __ldg(pt + pi) : -1;  // the same value in every thread: a uniform branch
+    if (unsigned(page) < unsigned(p.num_pages)) {
+      if (tid == 0) {
+        const uint32_t bar = sm.landed(t);
+        sm90::mbar_arrive_expect_tx(bar, kRawTileBytes);
+        const int row = page * p.page_size + off;  // < 2^31: the plan's pool limit
+#pragma unroll
+        for (int pn = 0; pn < kPanels - 1; ++pn)
+          sm90::tma_load_2d(sK + uint32_t(pn * kPanelBytes + 4096), latent_map, 64 * pn, row, bar);
+        sm90::tma_load_2d(sK, scale_map, kFp8MlaScaleOffset, row, bar);
+        sm90::tma_load_2d(sK + uint32_t((kPanels - 1) * kPanelBytes), rope_map, kFp8MlaRopeOffset, row, bar);
+      }
+    } else {
+      fp8_issue_tile(p, b, t, sK, ld.lch, ld.lrow);
+      sm90::cp_async_mbar_arrive_inc(sm.landed(t));
+      sm90::named_sync(kFp8BarProducer, 128);  // every thread's increment before thread 0's arrival
+      if (tid == 0) sm90::mbar_arrive(sm.landed(t));
+    }
+    if (t > 0) fp8_prefetch_tile(p, b, t + kFp8PrefetchAhead, ld.lch, ld.lrow);
+    sm90::mbar_wait(sm.landed(t), (t / kStages) & 1);  // tile t's raw bytes, TMA's or every thread's cp.async
+    fp8_dequant_stage(sK, tid);
     sm90::fence_proxy_async();  // the bf16 stores, seen by the consumers' wgmmas
     sm90::mbar_arrive(sm.full(t));
   }
