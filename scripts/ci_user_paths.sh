@@ -21,8 +21,11 @@ t0=$SECONDS
 python3 -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
 step "pip wheel . (ATTNSERVE_CUDA=OFF)"
+# A fresh build folder inside the tree (build-wheel, git-ignored): its paths are relative to the tree,
+# so ccache (when present) serves another clone's compiles of the same sources.
+rm -rf "$ROOT/build-wheel"
 ATTNSERVE_CUDA=OFF CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$VPY" -m pip wheel -q --disable-pip-version-check \
-  --config-settings=build-dir="$WORK/wheel-build" -w "$WORK/wheels" . >"$WORK/wheel.log" 2>&1 \
+  --config-settings=build-dir="$ROOT/build-wheel" -w "$WORK/wheels" . >"$WORK/wheel.log" 2>&1 \
   || { tail -50 "$WORK/wheel.log"; exit 1; }
 wheel=$(ls "$WORK"/wheels/attnserve-*.whl)
 size=$(stat -c %s "$wheel")

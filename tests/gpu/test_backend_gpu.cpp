@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend_gpu_util.h"
 #include "cpu/test_backend_util.h"
 
 using namespace attnserve;
@@ -28,13 +29,6 @@ namespace {
     if (std::string(e.what()).find("not implemented yet") != std::string::npos) GTEST_SKIP() << e.what(); \
     throw;                                                                                                \
   }
-
-struct GpuStream {
-  cudaStream_t s = nullptr;
-  GpuStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
-  ~GpuStream() { cudaStreamDestroy(s); }
-  Stream get() const { return Stream{s}; }
-};
 
 // A device copy of a host tensor (contiguous, same shape and dtype).
 struct DevTensor {
@@ -250,14 +244,12 @@ TEST(BackendGpu, DenseCudaGraphReplayEqualsEager) {
         HostTensor out_like = poisoned(DType::bf16, {graph_rows, c.h_q, c.d_v});
         DevTensor out_graph[2] = {DevTensor(out_like, st), DevTensor(out_like, st)};
         const LayerSpec layers[2] = {kPlain, kCustom};
-        for (int l = 0; l < 2; ++l) graph.forward(gin.dev_args(out_graph[l]), layers[l], st);  // warm-up
-        ASSERT_EQ(cudaStreamSynchronize(stream.s), cudaSuccess);
-        cudaGraph_t cg;
-        cudaGraphExec_t exec;
-        ASSERT_EQ(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-        for (int l = 0; l < 2; ++l) graph.forward(gin.dev_args(out_graph[l]), layers[l], st);
-        ASSERT_EQ(cudaStreamEndCapture(stream.s, &cg), cudaSuccess);
-        ASSERT_EQ(cudaGraphInstantiate(&exec, cg, 0), cudaSuccess);
+        auto record = [&] {
+          for (int l = 0; l < 2; ++l) graph.forward(gin.dev_args(out_graph[l]), layers[l], st);
+        };
+        record();  // warm-up
+        CapturedGraph cg;
+        ASSERT_NO_FATAL_FAILURE(capture_graph(cg, stream.s, record));
         for (int rep = 0; rep < 5; ++rep) {
           SCOPED_TRACE("replay " + std::to_string(rep));
           const TestBatch b = random_batch(g, mode, rand_int(g, 1, G), batch_shape(), pool);
@@ -270,7 +262,7 @@ TEST(BackendGpu, DenseCudaGraphReplayEqualsEager) {
           if (c.mla) gin.dk_rope.upload_rows(in.k_rope, st);
           else gin.dv.upload_rows(in.v, st);
           graph.init_forward_metadata_replay_cuda_graph(G, b.spec(table.view), st);
-          ASSERT_EQ(cudaGraphLaunch(exec, stream.s), cudaSuccess);
+          ASSERT_EQ(cudaGraphLaunch(cg.exec, stream.s), cudaSuccess);
           eager.init_forward_metadata(b.spec(table.view), st);
           for (int l = 0; l < 2; ++l) {
             HostTensor like = poisoned(DType::bf16, {rows, c.h_q, c.d_v});
@@ -287,8 +279,6 @@ TEST(BackendGpu, DenseCudaGraphReplayEqualsEager) {
             }
           }
         }
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(cg);
       }
     }
 }
@@ -335,18 +325,9 @@ constexpr int kTopk = 64, kSparseHeads = 16;
 
 SparseBackendConfig sparse_config(NsaImpl impl, int page, TensorView table, std::vector<KvLayerBuffers> kv,
                                   Device device) {
-  SparseBackendConfig c;
-  c.num_q_heads = kSparseHeads;
-  c.kv_cache_format = impl == NsaImpl::sparse_fp8 ? MlaCacheFormat::fp8_656 : MlaCacheFormat::bf16;
-  c.index_topk = kTopk;
-  c.softmax_scale = 0.135f;
-  c.page_size = page;
-  c.prefill_impl = c.decode_impl = impl;
+  SparseBackendConfig c = sparse_backend_config(impl, kSparseHeads, kTopk, page, table, std::move(kv), device);
   c.spec = kSpec;
   c.capacity = kCap;
-  c.device = device;
-  c.req_to_token = table;
-  c.kv_buffers = std::move(kv);
   return c;
 }
 
@@ -366,14 +347,6 @@ struct SparseInputs {
         dlogits(logits, st) {}
 };
 
-// Rows of two [rows, topk] index arrays hold the same sets.
-bool same_sets(std::vector<int32_t> a, std::vector<int32_t> b, int64_t rows) {
-  for (int64_t i = 0; i < rows; ++i) {
-    std::sort(a.begin() + i * kTopk, a.begin() + (i + 1) * kTopk);
-    std::sort(b.begin() + i * kTopk, b.begin() + (i + 1) * kTopk);
-  }
-  return a == b;
-}
 }  // namespace
 
 TEST(BackendGpu, SparseEveryModeMatchesCpuBackend) {
@@ -404,7 +377,7 @@ TEST(BackendGpu, SparseEveryModeMatchesCpuBackend) {
       const TensorView ci = cpu.topk_transform(in.logits.view, kTopk);
       TensorView gi;
       SKIP_IF_PENDING(gi = gpu.topk_transform(in.dlogits.view, kTopk, st));
-      EXPECT_TRUE(same_sets(read_i32(gi, st), read_i32(ci), rows)) << "top-k slots";
+      EXPECT_TRUE(same_index_sets(read_i32(gi, st), read_i32(ci), rows, kTopk)) << "top-k slots";
       HostTensor out_cpu = poisoned(DType::bf16, {rows, kSparseHeads, 512});
       DevTensor out_gpu(out_cpu, st);
       cpu.forward({.q = in.q.view,
@@ -462,13 +435,8 @@ TEST(BackendGpu, SparseCudaGraphReplayEqualsEager) {
                       kPlain, st);
       };
       SKIP_IF_PENDING(step());  // warm-up outside capture
-      ASSERT_EQ(cudaStreamSynchronize(stream.s), cudaSuccess);
-      cudaGraph_t cg;
-      cudaGraphExec_t exec;
-      ASSERT_EQ(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      step();
-      ASSERT_EQ(cudaStreamEndCapture(stream.s, &cg), cudaSuccess);
-      ASSERT_EQ(cudaGraphInstantiate(&exec, cg, 0), cudaSuccess);
+      CapturedGraph cg;
+      ASSERT_NO_FATAL_FAILURE(capture_graph(cg, stream.s, step));
       for (int rep = 0; rep < 5; ++rep) {
         const TestBatch b = random_batch(g, mode, rand_int(g, 1, G), batch_shape(), pool);
         table.upload(pool, st);
@@ -479,7 +447,7 @@ TEST(BackendGpu, SparseCudaGraphReplayEqualsEager) {
         gin.dq.upload_rows(in.q, st), gin.dk.upload_rows(in.k, st), gin.dk_rope.upload_rows(in.k_rope, st);
         gin.dlogits.upload_rows(in.logits, st), gin.dloc.upload(i32_tensor(slots), st);
         graph.init_forward_metadata_replay_cuda_graph(G, b.spec(table.view), st);
-        ASSERT_EQ(cudaGraphLaunch(exec, stream.s), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(cg.exec, stream.s), cudaSuccess);
         eager.init_forward_metadata(b.spec(table.view), st);
         HostTensor elike = poisoned(DType::bf16, {rows, kSparseHeads, 512});
         DevTensor out_eager(elike, st);
@@ -496,8 +464,6 @@ TEST(BackendGpu, SparseCudaGraphReplayEqualsEager) {
         gd.resize(std::size_t(e.numel()));
         EXPECT_LE(rel_l2(gd, to_doubles(e)), bf16_close()) << "replay " << rep;
       }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(cg);
     }
   }
 }

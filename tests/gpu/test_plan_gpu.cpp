@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "backend_gpu_util.h"
 #include "common/test_util.h"
 #include "cpu/plan_test_util.h"
 
@@ -17,13 +18,6 @@ namespace {
 
 #define REQUIRE_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
-
-struct GpuStream {
-  cudaStream_t s = nullptr;
-  GpuStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
-  ~GpuStream() { cudaStreamDestroy(s); }
-  Stream get() const { return Stream{s}; }
-};
 
 // The pool's table on the GPU (re-uploaded after each random_batch, which edits the table).
 struct DeviceTable {

@@ -7,11 +7,9 @@
 // the sm_90a build.
 #include <gtest/gtest.h>
 
-#include <climits>
-#include <cstring>
 #include <string>
 
-#include "sparse_mla_gpu_check.h"
+#include "sparse_mla_forced_cases.h"
 
 using namespace attnserve;
 using namespace attnserve::test;
@@ -35,18 +33,6 @@ bool sm90_runs(const SparseMlaProblem& p) {
     if (!sm90_runs(p)) GTEST_SKIP() << "the Hopper sparse MLA kernel does not run here"; \
   } while (0)
 
-// The forced Hopper kernel, unsplit and with forced split counts.
-void check_sm90(SparseMlaProblem& p, const std::string& what, std::initializer_list<int> splits = {0, 1, 3}) {
-  const SparseRefs refs = compute_refs(p);
-  for (int s : splits) {
-    SCOPED_TRACE(what + (s ? " forced splits " + std::to_string(s) : std::string(" auto splits")));
-    SparseTuning t = kSm90;
-    t.num_splits = s;
-    check_gpu(p, refs, t);
-    if (::testing::Test::HasFailure()) return;
-  }
-}
-
 }  // namespace
 
 TEST(SparseMlaGpuSm90, PlanChoosesTheHopperKernel) {
@@ -69,7 +55,7 @@ TEST(SparseMlaGpuSm90, HeadCounts) {
       c.with_sink = h_q != 64;
       SparseMlaProblem p = make_sparse_mla_problem(c, g);
       SM90_REQUIRE(p);
-      check_sm90(p, name_of(c));
+      check_forced(p, kSm90, name_of(c), {0, 1, 3});
       if (HasFailure()) return;
     }
 }
@@ -89,7 +75,7 @@ TEST(SparseMlaGpuSm90, DecodeRowsTopk2048) {
       c.with_sink = true;
       SparseMlaProblem p = make_sparse_mla_problem(c, g);
       SM90_REQUIRE(p);
-      check_sm90(p, name_of(c), {0, 1, 4});
+      check_forced(p, kSm90, name_of(c), {0, 1, 4});
       if (HasFailure()) return;
     }
 }
@@ -105,7 +91,7 @@ TEST(SparseMlaGpuSm90, PrefillLikeRows) {
     c.with_topk_length = true;
     SparseMlaProblem p = make_sparse_mla_problem(c, g);
     SM90_REQUIRE(p);
-    check_sm90(p, name_of(c), {0, 2});
+    check_forced(p, kSm90, name_of(c), {0, 2});
     if (HasFailure()) return;
   }
 }
@@ -116,17 +102,9 @@ TEST(SparseMlaGpuSm90, TopkLengthEdgesAndSharpSoftmax) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   for (bool fp8 : {false, true}) {
-    SparseMlaCase c = base_case(64, fp8);
-    c.rows = 7;
-    c.topk = 256;
-    c.with_topk_length = true;
-    c.with_sink = true;
-    c.softmax_scale = 1.2f;
-    SparseMlaProblem p = make_sparse_mla_problem(c, g);
+    SparseMlaProblem p = topk_length_edges_problem(64, fp8, g);
     SM90_REQUIRE(p);
-    const int32_t lens[7] = {0, 1, 63, 64, 65, 200, 256};
-    for (int r = 0; r < 7; ++r) p.topk_length.ptr<int32_t>()[r] = lens[r];
-    check_sm90(p, name_of(c), {0, 1, 2, 4});
+    check_forced(p, kSm90, name_of(p.c), {0, 1, 2, 4});
     if (HasFailure()) return;
   }
 }
@@ -135,21 +113,9 @@ TEST(SparseMlaGpuSm90, InvalidRepeatedSlotsAndEmptyRows) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   for (bool fp8 : {false, true}) {
-    SparseMlaCase c = base_case(128, fp8);
-    c.rows = 5;
-    c.topk = 200;
-    c.invalid_fraction = 0.0;
-    c.with_sink = true;
-    SparseMlaProblem p = make_sparse_mla_problem(c, g);
+    SparseMlaProblem p = invalid_repeated_slots_problem(128, fp8, g);
     SM90_REQUIRE(p);
-    int32_t* idx = p.index_ptr();
-    const int32_t bad[6] = {-1, -5, int32_t(c.num_slots), INT_MAX, INT_MIN, int32_t(c.num_slots) + 7};
-    for (int i = 0; i < 6; ++i) idx[i * 13] = bad[i];                         // row 0: scattered invalid slots
-    for (int i = 0; i < 200; ++i) idx[200 + i] = 17 + (i % 3);                // row 1: three slots, many times
-    for (int i = 0; i < 200; ++i) idx[400 + i] = i % 2 ? -1 : 1999;           // row 2: one slot, 100 times
-    for (int i = 0; i < 200; ++i) idx[600 + i] = -1;                          // row 3: no valid slot (empty row)
-    for (int i = 0; i < 200; ++i) idx[800 + i] = i < 64 ? -1 : idx[800 + i];  // row 4: first tile all invalid
-    check_sm90(p, name_of(c), {0, 1, 2, 4});
+    check_forced(p, kSm90, name_of(p.c), {0, 1, 2, 4});
     if (HasFailure()) return;
   }
 }
@@ -159,17 +125,9 @@ TEST(SparseMlaGpuSm90, InvalidRepeatedSlotsAndEmptyRows) {
 TEST(SparseMlaGpuSm90, Fp8ZeroTiles) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  SparseMlaCase c = base_case(64, true);
-  c.rows = 3;
-  c.topk = 192;
-  c.invalid_fraction = 0.05;
-  SparseMlaProblem p = make_sparse_mla_problem(c, g);
+  SparseMlaProblem p = fp8_zero_tokens_problem(64, false, g);
   SM90_REQUIRE(p);
-  for (int64_t s = 0; s < 100; ++s) std::memset(p.kv.ptr<uint8_t>() + s * 656, 0, 656);  // slots 0..99: zeros
-  int32_t* idx = p.index_ptr();
-  for (int i = 64; i < 128; ++i) idx[i] = i - 64;           // row 0, tile 1: zero tokens only
-  for (int i = 0; i < 192; i += 3) idx[192 + i] = i % 100;  // row 1: every third key a zero token
-  check_sm90(p, name_of(c), {0, 1, 3});
+  check_forced(p, kSm90, name_of(p.c), {0, 1, 3});
 }
 
 // The Hopper and the portable kernel on one problem: both within the rule of the references
@@ -183,11 +141,7 @@ TEST(SparseMlaGpuSm90, AgreesWithThePortableKernel) {
     c.with_sink = true;
     SparseMlaProblem p = make_sparse_mla_problem(c, g);
     SM90_REQUIRE(p);
-    const SparseRefs refs = compute_refs(p);
-    const GpuResult h = check_gpu(p, refs, kSm90);
-    const GpuResult s = check_gpu(p, refs, SparseTuning{.sm90 = 0});
+    expect_agrees_with_portable(p, kSm90);
     if (HasFailure()) return;
-    const auto a = to_doubles(h.out), b = to_doubles(s.out);
-    EXPECT_LE(rel_l2(a, b), 1e-2) << name_of(c);
   }
 }

@@ -9,11 +9,10 @@
 // candidate there). Skipped off sm_90 or without the sm_90a build.
 #include <gtest/gtest.h>
 
-#include <climits>
 #include <cstring>
 #include <string>
 
-#include "sparse_mla_gpu_check.h"
+#include "sparse_mla_forced_cases.h"
 
 using namespace attnserve;
 using namespace attnserve::test;
@@ -34,21 +33,6 @@ bool small_runs(const SparseMlaProblem& p) {
   do {                                                                                        \
     if (!small_runs(p)) GTEST_SKIP() << "the small-head sparse MLA kernel does not run here"; \
   } while (0)
-
-// The forced small-head kernel: auto split count and forced ones (and ring depths).
-void check_small(SparseMlaProblem& p, const std::string& what, std::initializer_list<int> splits = {0, 1, 3},
-                 int stages = 0) {
-  const SparseRefs refs = compute_refs(p);
-  for (int s : splits) {
-    SCOPED_TRACE(what + (s ? " forced splits " + std::to_string(s) : std::string(" auto splits")) +
-                 (stages ? " stages " + std::to_string(stages) : std::string()));
-    SparseTuning t = kSmall;
-    t.num_splits = s;
-    t.stages = stages;
-    check_gpu(p, refs, t);
-    if (::testing::Test::HasFailure()) return;
-  }
-}
 
 SparseMlaCase small_case(int64_t h_q) {
   SparseMlaCase c = base_case(h_q, true);
@@ -78,7 +62,7 @@ TEST(SparseMlaGpuSmall, HeadCounts) {
     c.with_sink = h_q != 16;
     SparseMlaProblem p = make_sparse_mla_problem(c, g);
     SMALL_REQUIRE(p);
-    check_small(p, name_of(c));
+    check_forced(p, kSmall, name_of(c), {0, 1, 3});
     if (HasFailure()) return;
   }
 }
@@ -107,7 +91,7 @@ TEST(SparseMlaGpuSmall, DecodeRowsNextN) {
           if (j > 0) std::memcpy(idx + row * 2048, idx + r * s_q * 2048, 2048 * 4);  // the request's list
           p.topk_length.ptr<int32_t>()[row] = lens[r] - (s_q - 1 - j);
         }
-      check_small(p, name_of(c) + " s_q " + std::to_string(s_q), {0, 1, 4});
+      check_forced(p, kSmall, name_of(c) + " s_q " + std::to_string(s_q), {0, 1, 4});
       if (HasFailure()) return;
     }
 }
@@ -133,7 +117,7 @@ TEST(SparseMlaGpuSmall, PageSizes1And64) {
         const int32_t base = pick_page(g) * page;
         for (int k = 0; k < page && i + k < c.topk; ++k) idx[r * c.topk + i + k] = base + k;
       }
-    check_small(p, name_of(c) + " page " + std::to_string(page), {0, 2});
+    check_forced(p, kSmall, name_of(c) + " page " + std::to_string(page), {0, 2});
     if (HasFailure()) return;
   }
 }
@@ -144,17 +128,9 @@ TEST(SparseMlaGpuSmall, TopkLengthEdgesAndSharpSoftmax) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   for (int64_t h_q : {16, 32}) {
-    SparseMlaCase c = base_case(h_q, true);
-    c.rows = 7;
-    c.topk = 256;
-    c.with_topk_length = true;
-    c.with_sink = true;
-    c.softmax_scale = 1.2f;
-    SparseMlaProblem p = make_sparse_mla_problem(c, g);
+    SparseMlaProblem p = topk_length_edges_problem(h_q, true, g);
     SMALL_REQUIRE(p);
-    const int32_t lens[7] = {0, 1, 63, 64, 65, 200, 256};
-    for (int r = 0; r < 7; ++r) p.topk_length.ptr<int32_t>()[r] = lens[r];
-    check_small(p, name_of(c), {0, 1, 2, 4});
+    check_forced(p, kSmall, name_of(p.c), {0, 1, 2, 4});
     if (HasFailure()) return;
   }
 }
@@ -163,21 +139,9 @@ TEST(SparseMlaGpuSmall, InvalidRepeatedSlotsAndEmptyRows) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   for (int64_t h_q : {16, 32}) {
-    SparseMlaCase c = base_case(h_q, true);
-    c.rows = 5;
-    c.topk = 200;
-    c.invalid_fraction = 0.0;
-    c.with_sink = true;
-    SparseMlaProblem p = make_sparse_mla_problem(c, g);
+    SparseMlaProblem p = invalid_repeated_slots_problem(h_q, true, g);
     SMALL_REQUIRE(p);
-    int32_t* idx = p.index_ptr();
-    const int32_t bad[6] = {-1, -5, int32_t(c.num_slots), INT_MAX, INT_MIN, int32_t(c.num_slots) + 7};
-    for (int i = 0; i < 6; ++i) idx[i * 13] = bad[i];                         // row 0: scattered invalid slots
-    for (int i = 0; i < 200; ++i) idx[200 + i] = 17 + (i % 3);                // row 1: three slots, many times
-    for (int i = 0; i < 200; ++i) idx[400 + i] = i % 2 ? -1 : 1999;           // row 2: one slot, 100 times
-    for (int i = 0; i < 200; ++i) idx[600 + i] = -1;                          // row 3: no valid slot (empty row)
-    for (int i = 0; i < 200; ++i) idx[800 + i] = i < 64 ? -1 : idx[800 + i];  // row 4: first tile all invalid
-    check_small(p, name_of(c), {0, 1, 2, 4});
+    check_forced(p, kSmall, name_of(p.c), {0, 1, 2, 4});
     if (HasFailure()) return;
   }
 }
@@ -191,11 +155,11 @@ TEST(SparseMlaGpuSmall, AllIndicesInvalidAndEmptyPool) {
   c.with_sink = true;
   SparseMlaProblem p = make_sparse_mla_problem(c, g);
   SMALL_REQUIRE(p);
-  check_small(p, name_of(c) + " all invalid", {0, 2});
+  check_forced(p, kSmall, name_of(c) + " all invalid", {0, 2});
   c.num_slots = 0;
   c.invalid_fraction = 0.0;
   SparseMlaProblem e = make_sparse_mla_problem(c, g);
-  check_small(e, name_of(c) + " empty pool", {0, 2});
+  check_forced(e, kSmall, name_of(c) + " empty pool", {0, 2});
 }
 
 // FP8-656 tokens that are all zero bytes (codes, scales and rope 0): a whole tile of them in one row,
@@ -203,18 +167,9 @@ TEST(SparseMlaGpuSmall, AllIndicesInvalidAndEmptyPool) {
 TEST(SparseMlaGpuSmall, Fp8ZeroTiles) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  SparseMlaCase c = base_case(32, true);
-  c.rows = 3;
-  c.topk = 192;
-  c.invalid_fraction = 0.05;
-  SparseMlaProblem p = make_sparse_mla_problem(c, g);
+  SparseMlaProblem p = fp8_zero_tokens_problem(32, true, g);
   SMALL_REQUIRE(p);
-  for (int64_t s = 0; s < 100; ++s) std::memset(p.kv.ptr<uint8_t>() + s * 656, 0, 656);  // slots 0..99: zeros
-  int32_t* idx = p.index_ptr();
-  for (int i = 64; i < 128; ++i) idx[i] = i - 64;           // row 0, tile 1: zero tokens only
-  for (int i = 0; i < 192; i += 3) idx[192 + i] = i % 100;  // row 1: every third key a zero token
-  for (int i = 0; i < 192; ++i) idx[384 + i] = i % 100;     // row 2: zero tokens only
-  check_small(p, name_of(c), {0, 1, 3});
+  check_forced(p, kSmall, name_of(p.c), {0, 1, 3});
 }
 
 // Token scales that differ by large powers of two between keys of one row (the running reference
@@ -237,7 +192,7 @@ TEST(SparseMlaGpuSmall, ScalesSpreadAcrossKeys) {
     for (float& x : rope) x = d(g);
     encode_fp8_mla_token(nope.data(), rope.data(), p.kv.ptr<uint8_t>() + s * 656);
   }
-  check_small(p, name_of(c), {0, 1, 3});
+  check_forced(p, kSmall, name_of(c), {0, 1, 3});
 }
 
 // Ring depths 2, 3 and 4 at both head blocks (on an H200 the plan takes 2 at HB 16, two CTAs per SM, and 4 at
@@ -253,7 +208,7 @@ TEST(SparseMlaGpuSmall, RingDepths) {
       c.with_topk_length = true;
       SparseMlaProblem p = make_sparse_mla_problem(c, g);
       SMALL_REQUIRE(p);
-      check_small(p, name_of(c), {0, 1, 2}, stages);
+      check_forced(p, kSmall, name_of(c), {0, 1, 2}, stages);
       if (HasFailure()) return;
     }
 }
@@ -271,60 +226,18 @@ TEST(SparseMlaGpuSmall, HopperKernelAtSmallHeadCounts) {
     if (cuda::sparse_mla_op::select(p.args(), caps, kHopper).kernel != Kernel::sm90_fp8) {
       GTEST_SKIP() << "the 64-head Hopper kernel does not run here";
     }
-    const SparseRefs refs = compute_refs(p);
-    for (int s : {0, 1, 2, 4}) {
-      SCOPED_TRACE(what + " hopper, splits " + std::to_string(s));
-      SparseTuning t = kHopper;
-      t.num_splits = s;
-      check_gpu(p, refs, t);
-      if (HasFailure()) return;
-    }
+    check_forced(p, kHopper, what + " hopper", {0, 1, 2, 4});
   };
   for (int64_t h_q : {32, 20}) {
-    {
-      SparseMlaCase c = base_case(h_q, true);
-      c.rows = 7;
-      c.topk = 256;
-      c.with_topk_length = true;
-      c.with_sink = true;
-      c.softmax_scale = 1.2f;
-      SparseMlaProblem p = make_sparse_mla_problem(c, g);
-      const int32_t lens[7] = {0, 1, 63, 64, 65, 200, 256};
-      for (int r = 0; r < 7; ++r) p.topk_length.ptr<int32_t>()[r] = lens[r];
-      check_hopper(p, name_of(c) + " topk_length edges");
-      if (HasFailure() || IsSkipped()) return;
-    }
-    {
-      SparseMlaCase c = base_case(h_q, true);
-      c.rows = 5;
-      c.topk = 200;
-      c.invalid_fraction = 0.0;
-      c.with_sink = true;
-      SparseMlaProblem p = make_sparse_mla_problem(c, g);
-      int32_t* idx = p.index_ptr();
-      const int32_t bad[6] = {-1, -5, int32_t(c.num_slots), INT_MAX, INT_MIN, int32_t(c.num_slots) + 7};
-      for (int i = 0; i < 6; ++i) idx[i * 13] = bad[i];
-      for (int i = 0; i < 200; ++i) idx[200 + i] = 17 + (i % 3);
-      for (int i = 0; i < 200; ++i) idx[400 + i] = i % 2 ? -1 : 1999;
-      for (int i = 0; i < 200; ++i) idx[600 + i] = -1;
-      for (int i = 0; i < 200; ++i) idx[800 + i] = i < 64 ? -1 : idx[800 + i];
-      check_hopper(p, name_of(c) + " invalid, repeated, empty rows");
-      if (HasFailure()) return;
-    }
-    {
-      SparseMlaCase c = base_case(h_q, true);
-      c.rows = 3;
-      c.topk = 192;
-      c.invalid_fraction = 0.05;
-      SparseMlaProblem p = make_sparse_mla_problem(c, g);
-      for (int64_t s = 0; s < 100; ++s) std::memset(p.kv.ptr<uint8_t>() + s * 656, 0, 656);
-      int32_t* idx = p.index_ptr();
-      for (int i = 64; i < 128; ++i) idx[i] = i - 64;
-      for (int i = 0; i < 192; i += 3) idx[192 + i] = i % 100;
-      for (int i = 0; i < 192; ++i) idx[384 + i] = i % 100;
-      check_hopper(p, name_of(c) + " FP8 zero tokens");
-      if (HasFailure()) return;
-    }
+    SparseMlaProblem edges = topk_length_edges_problem(h_q, true, g);
+    check_hopper(edges, name_of(edges.c) + " topk_length edges");
+    if (HasFailure() || IsSkipped()) return;
+    SparseMlaProblem slots = invalid_repeated_slots_problem(h_q, true, g);
+    check_hopper(slots, name_of(slots.c) + " invalid, repeated, empty rows");
+    if (HasFailure()) return;
+    SparseMlaProblem zeros = fp8_zero_tokens_problem(h_q, true, g);
+    check_hopper(zeros, name_of(zeros.c) + " FP8 zero tokens");
+    if (HasFailure()) return;
   }
 }
 
@@ -339,11 +252,8 @@ TEST(SparseMlaGpuSmall, AgreesWithThePortableKernel) {
     c.with_sink = true;
     SparseMlaProblem p = make_sparse_mla_problem(c, g);
     SMALL_REQUIRE(p);
-    const SparseRefs refs = compute_refs(p);
-    const GpuResult s = check_gpu(p, refs, kSmall);
-    const GpuResult q = check_gpu(p, refs, SparseTuning{.sm90 = 0});
+    expect_agrees_with_portable(p, kSmall);
     if (HasFailure()) return;
-    EXPECT_LE(rel_l2(to_doubles(s.out), to_doubles(q.out)), 1e-2) << name_of(c);
   }
 }
 

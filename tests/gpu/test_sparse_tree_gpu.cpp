@@ -15,6 +15,7 @@
 
 #include "attnserve/cache_formats.h"
 #include "attnserve/ops.h"
+#include "backend_gpu_util.h"
 #include "cpu/test_backend_util.h"
 #include "cpu/test_indexer_util.h"
 #include "cpu/tree_test_util.h"
@@ -29,28 +30,13 @@ namespace {
 constexpr int kPage = 64, kTopk = 128, kCtx = 640, kPoolRows = 8, kMaxBs = 4, kIndexHeads = 16, kHeads = 16;
 constexpr int kDraft = 16, kBranches = 4, kSteps = 3;
 
-struct TreeGpuStream {
-  cudaStream_t s = nullptr;
-  TreeGpuStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
-  ~TreeGpuStream() { cudaStreamDestroy(s); }
-  Stream get() const { return Stream{s}; }
-};
-
 SparseBackendConfig config(NsaImpl impl, TensorView table, TensorView cache, Device device, ForwardMode mode) {
-  SparseBackendConfig c;
-  c.num_q_heads = kHeads;
-  c.kv_cache_format = impl == NsaImpl::sparse_fp8 ? MlaCacheFormat::fp8_656 : MlaCacheFormat::bf16;
-  c.index_topk = kTopk;
-  c.softmax_scale = 0.135f;
-  c.page_size = kPage;
-  c.prefill_impl = c.decode_impl = impl;
+  SparseBackendConfig c =
+      sparse_backend_config(impl, kHeads, kTopk, kPage, table, {KvLayerBuffers{.k = cache}}, device);
   c.spec = mode == ForwardMode::target_verify ? SpeculativeConfig{.draft_token_num = kDraft, .topk = kBranches}
                                               : SpeculativeConfig{.num_steps = kSteps, .step_id = 1, .topk = kBranches};
   c.capacity = {.max_bs = kMaxBs, .max_num_tokens = kMaxBs * kDraft, .max_context_len = kCtx};
-  c.device = device;
   c.deterministic = true;
-  c.req_to_token = table;
-  c.kv_buffers = {KvLayerBuffers{.k = cache}};
   return c;
 }
 
@@ -117,20 +103,12 @@ void run_indexer(SparseBackend& be, const TensorView& q, const TensorView& w, co
                 {}, st);
 }
 
-bool same_sets(std::vector<int32_t> a, std::vector<int32_t> b, int64_t rows) {
-  for (int64_t i = 0; i < rows; ++i) {
-    std::sort(a.begin() + i * kTopk, a.begin() + (i + 1) * kTopk);
-    std::sort(b.begin() + i * kTopk, b.begin() + (i + 1) * kTopk);
-  }
-  return a == b;
-}
-
 }  // namespace
 
 TEST(SparseTreeGpu, VerifyAndDraftDecodeMatchCpuBackend) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  TreeGpuStream stream;
+  GpuStream stream;
   const Stream st = stream.get();
   for (NsaImpl impl : {NsaImpl::sparse_bf16, NsaImpl::sparse_fp8, NsaImpl::gather})
     for (ForwardMode mode : {ForwardMode::target_verify, ForwardMode::draft_decode}) {
@@ -170,7 +148,7 @@ TEST(SparseTreeGpu, VerifyAndDraftDecodeMatchCpuBackend) {
         const std::vector<int32_t> ci = read_i32(cpu.topk_transform(c_logits.view, kTopk));
         const TensorView gi_view = gpu.topk_transform(d_logits2.view, kTopk, st);
         const std::vector<int32_t> gi = read_i32(gi_view, st);
-        EXPECT_TRUE(same_sets(gi, ci, rows)) << "top-k slots";
+        EXPECT_TRUE(same_index_sets(gi, ci, rows, kTopk)) << "top-k slots";
         const HostTensor q = random_tensor(DType::bf16, {rows, kHeads, 576}, g);
         HostTensor out_cpu = poisoned(DType::bf16, {rows, kHeads, 512});
         const DeviceMirror d_q(q.view, st), d_out(out_cpu.view, st);
@@ -188,7 +166,7 @@ TEST(SparseTreeGpu, VerifyAndDraftDecodeMatchCpuBackend) {
 TEST(SparseTreeGpu, GraphReplayEqualsEager) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
-  TreeGpuStream stream;
+  GpuStream stream;
   const Stream st = stream.get();
   const int G = kMaxBs;
   for (NsaImpl impl : {NsaImpl::sparse_bf16, NsaImpl::gather})
@@ -217,13 +195,10 @@ TEST(SparseTreeGpu, GraphReplayEqualsEager) {
         return idx;
       };
       step(graph, d_logits.view, d_out.view, d_q.view, d_iq.view, d_iw.view);  // warm-up outside capture
-      ASSERT_EQ(cudaStreamSynchronize(stream.s), cudaSuccess);
-      cudaGraph_t cg;
-      cudaGraphExec_t exec;
-      ASSERT_EQ(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const TensorView graph_idx = step(graph, d_logits.view, d_out.view, d_q.view, d_iq.view, d_iw.view);
-      ASSERT_EQ(cudaStreamEndCapture(stream.s, &cg), cudaSuccess);
-      ASSERT_EQ(cudaGraphInstantiate(&exec, cg, 0), cudaSuccess);
+      CapturedGraph cg;
+      TensorView graph_idx;
+      ASSERT_NO_FATAL_FAILURE(capture_graph(
+          cg, stream.s, [&] { graph_idx = step(graph, d_logits.view, d_out.view, d_q.view, d_iq.view, d_iw.view); }));
       for (int rep = 0; rep < 4; ++rep) {
         SCOPED_TRACE("replay " + std::to_string(rep));
         const int bs = rand_int(g, 1, G);
@@ -234,7 +209,7 @@ TEST(SparseTreeGpu, GraphReplayEqualsEager) {
         d_iq.upload(iq.view, st), d_iw.upload(iw.view, st), d_q.upload(q.view, st);
         graph.init_forward_metadata_replay_cuda_graph(G, t.spec(d_table.view), st);
         d_out.poison(st);
-        ASSERT_EQ(cudaGraphLaunch(exec, stream.s), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(cg.exec, stream.s), cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream.s), cudaSuccess);
         const std::vector<int32_t> gi = read_i32(graph_idx, st);
         const std::vector<uint8_t> go = d_out.bytes(st);
@@ -250,7 +225,5 @@ TEST(SparseTreeGpu, GraphReplayEqualsEager) {
         const std::vector<uint8_t> eob = de_o.bytes(st);
         EXPECT_TRUE(std::equal(eob.begin(), eob.end(), go.begin())) << "output: graph != eager";
       }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(cg);
     }
 }

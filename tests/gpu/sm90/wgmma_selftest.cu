@@ -16,7 +16,8 @@ namespace w = attnserve::cuda::sm90;
 // [62,64) = 1 for the 128-byte swizzle).
 static_assert(w::desc_kmajor(0x400) == (0x40ull | (1ull << 16) | (64ull << 32) | (1ull << 62)));
 static_assert(w::desc_mnmajor(0x2000, 16384) == (0x200ull | (1024ull << 16) | (64ull << 32) | (1ull << 62)));
-static_assert(w::sw128_offset(9, 2) == 9 * 128 + ((2 ^ 1) << 4));
+// SW128: 16-byte chunk c of row r is stored at chunk c xor (r mod 8); row 9's chunk 2 lands at 2 xor 1 = 3.
+static_assert(w::sw128_offset(9, 2) == 9 * 128 + 3 * 16);
 
 // Stores row-major rows x cols (cols multiple of 64) 16-bit values as SW128 panels of rows x 128 B.
 __device__ void store_panels(char* s, const uint16_t* g, int rows, int cols) {
