@@ -1,6 +1,7 @@
 // Top-k's plan (src/cuda/topk/plan.h) on fabricated devices: the algorithm (sampled when its shared
 // memory fits, else global; a forced choice), the threads per row, the CTAs per row (clusters for lone
-// long rows on sm_90), the shared-memory count. Host code.
+// long rows on sm_90), the sampled kernel's emit (the recount unless forced), the shared-memory count.
+// Host code.
 #include <gtest/gtest.h>
 
 #include "cuda/topk/plan.h"
@@ -8,6 +9,7 @@
 namespace attnserve {
 namespace {
 
+using cuda::topk_op::Emit;
 using cuda::topk_op::make_plan;
 using cuda::topk_op::Select;
 using cuda::topk_op::Tuning;
@@ -107,6 +109,25 @@ TEST(TopkPlan, ClustersForLoneLongRowsOnHopper) {
   EXPECT_EQ(make_plan(kLong, kH200, {.select = Select::global, .cluster = 8}).cluster, 1);
   EXPECT_EQ(make_plan(kLong, kTiny, {.cluster = 8}).cluster, 1);  // the global kernel (no shared memory)
   EXPECT_EQ(workspace_size(make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200)), 0u);
+}
+
+// The kept-masks emit is not the default until measured (bench/NOTES.md, session 6): only a forced one.
+TEST(TopkPlan, EmitIsTheRecountUnlessForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      EXPECT_EQ(make_plan(prob, caps).emit, Emit::recount) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(make_plan(prob, caps, {.emit = Emit::recount}).emit, Emit::recount);
+      const auto forced = make_plan(prob, caps, {.emit = Emit::kept_masks});
+      if (forced.select == Select::sampled) EXPECT_EQ(forced.emit, Emit::kept_masks) << emit_name(forced.emit);
+      else EXPECT_EQ(forced.emit, Emit::recount);  // the global kernel has no such emit
+    }
+  // Forced with the other choices: the clusters and threads are the plan's.
+  const auto masks_cluster = make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200, {.emit = Emit::kept_masks});
+  EXPECT_EQ(masks_cluster.cluster, 8);
+  EXPECT_EQ(masks_cluster.threads, 1024);
+  EXPECT_EQ(make_plan(kShort, kH200, {.cluster = 4, .emit = Emit::kept_masks}).cluster, 4);
+  EXPECT_EQ(make_plan(kLong, kTiny, {.emit = Emit::kept_masks}).emit, Emit::recount);  // global: no shared memory
+  EXPECT_STREQ(emit_name(Emit::kept_masks), "kept_masks");
 }
 
 }  // namespace

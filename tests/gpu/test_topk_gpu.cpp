@@ -2,9 +2,10 @@
 // lists): random scores and any topk, heavy ties, all-equal rows, -0 / -inf / NaN, row starts, rows of
 // 64K / 128K / 256K with more than 16K candidates in the threshold bin, the fused transforms, the
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
-// give identical bits. Every check runs the sampled kernel four ways (one CTA per row, and a cluster of
+// give identical bits. Every check runs the sampled kernel eight ways (one CTA per row, and a cluster of
 // 2, 4 and 8 CTAs per row: on sm_90 the CTAs split the row's filter and gather into CTA 0; elsewhere
-// the same one-CTA launch), each against the oracle; they are checked on the rows that defeat the
+// the same one-CTA launch; each with both emits: the recount (the default) and the kept masks,
+// topk_op::Emit), each against the oracle; they are checked on the rows that defeat the
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
 // the direct (unstaged) emit too, and a CUDA graph's replays against eager runs.
@@ -32,13 +33,19 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // The kernels each check runs, one after the other (ForcePath narrows it to one).
 struct KernelChoice {
   cuda::TopkPath path;
-  int cluster;  // CTAs per row (cuda::set_topk_cluster; 0: the plan's)
+  int cluster;         // CTAs per row (cuda::set_topk_cluster; 0: the plan's)
+  bool masks = false;  // the sampled kernel's kept-masks emit (cuda::set_topk_mask_emit)
   const char* name;
 };
-std::vector<KernelChoice> g_paths = {{cuda::TopkPath::sampled, 1, "sampled, one CTA per row"},
-                                     {cuda::TopkPath::sampled, 2, "sampled, clusters of 2 CTAs per row"},
-                                     {cuda::TopkPath::sampled, 4, "sampled, clusters of 4 CTAs per row"},
-                                     {cuda::TopkPath::sampled, 8, "sampled, clusters of 8 CTAs per row"}};
+std::vector<KernelChoice> g_paths = {
+    {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
+    {cuda::TopkPath::sampled, 2, false, "sampled, clusters of 2 CTAs per row"},
+    {cuda::TopkPath::sampled, 4, false, "sampled, clusters of 4 CTAs per row"},
+    {cuda::TopkPath::sampled, 8, false, "sampled, clusters of 8 CTAs per row"},
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, kept-masks emit"},
+    {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, kept-masks emit"},
+    {cuda::TopkPath::sampled, 4, true, "sampled, clusters of 4 CTAs per row, kept-masks emit"},
+    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"}};
 
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
@@ -46,9 +53,11 @@ void for_each_path(const std::function<void()>& fn) {
     SCOPED_TRACE(std::string("kernel ") + c.name);
     cuda::set_topk_path(c.path);
     cuda::set_topk_cluster(c.cluster);
+    cuda::set_topk_mask_emit(c.masks);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
+    cuda::set_topk_mask_emit(false);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -326,12 +335,18 @@ struct ForcePath {
   std::vector<KernelChoice> saved;
 };
 
+// The sampled kernel's emit for one scope (the recount after it, also when an ASSERT leaves the test).
+struct ForceMaskEmit {
+  explicit ForceMaskEmit(bool masks) { cuda::set_topk_mask_emit(masks); }
+  ~ForceMaskEmit() { cuda::set_topk_mask_emit(false); }
+};
+
 }  // namespace
 
 // The multi-pass kernel alone (the sampled kernel's fallback, also a path of its own).
 TEST(TopkGpu, GlobalPathAlone) {
   DSA_REQUIRE_GPU();
-  ForcePath force({cuda::TopkPath::global, 0, "global"});
+  ForcePath force({cuda::TopkPath::global, 0, false, "global"});
   auto g = rng_for_test();
   for (int64_t width : {6000, 70000}) {
     SCOPED_TRACE("width " + std::to_string(width));
@@ -498,48 +513,51 @@ TEST(TopkGpu, ClusterGatherOverflowGoesToTheFallback) {
 }
 
 // CUDA-graph replays of top-k (the plan's choice: clusters of 8, 4 and 2 CTAs for lone long rows on sm_90,
-// whole rows, the sampled regime) equal eager runs bit for bit, and the oracle.
+// whole rows, the sampled regime; both emits) equal eager runs bit for bit, and the oracle.
 TEST(TopkGpu, GraphReplayEqualsEager) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   struct Shape {
     int64_t rows, width, k;
   };
-  for (const Shape sh :
-       {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
-        Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
-    SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
-    TopkProblem p(sh.rows, sh.width, sh.k);
-    fill_normal(p.row(0), p.rows * p.width, g);
-    p.lengths.ptr<int32_t>()[0] = int32_t(sh.width - 3);
-    p.run();
-    const HostTensor cpu_out = p.out;
-    cudaStream_t cs;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
-    const Stream s{cs};
-    DeviceMirror scores(p.scores.view, s), lengths(p.lengths.view, s), out(p.out.view, s);
-    TopkArgs d = p.args();
-    d.scores = scores.view, d.lengths = lengths.view, d.out = out.view;
-    topk(d, {}, s);  // eager (also the warm-up: kernel attributes outside the capture)
-    stream_synchronize(s);
-    const std::vector<uint8_t> eager = out.bytes(s);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    topk(d, {}, s);
-    ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int replay = 0; replay < 3; ++replay) {
-      out.poison(s);
-      ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
-      EXPECT_TRUE(out.bytes(s) == eager) << "graph replay " << replay << " != eager";
+  for (const bool masks : {false, true})
+    for (const Shape sh :
+         {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
+          Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
+      SCOPED_TRACE(std::string(masks ? "kept-masks emit" : "recount emit") + " rows " + std::to_string(sh.rows) +
+                   " width " + std::to_string(sh.width));
+      const ForceMaskEmit emit(masks);
+      TopkProblem p(sh.rows, sh.width, sh.k);
+      fill_normal(p.row(0), p.rows * p.width, g);
+      p.lengths.ptr<int32_t>()[0] = int32_t(sh.width - 3);
+      p.run();
+      const HostTensor cpu_out = p.out;
+      cudaStream_t cs;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
+      const Stream s{cs};
+      DeviceMirror scores(p.scores.view, s), lengths(p.lengths.view, s), out(p.out.view, s);
+      TopkArgs d = p.args();
+      d.scores = scores.view, d.lengths = lengths.view, d.out = out.view;
+      topk(d, {}, s);  // eager (also the warm-up: kernel attributes outside the capture)
+      stream_synchronize(s);
+      const std::vector<uint8_t> eager = out.bytes(s);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      topk(d, {}, s);
+      ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int replay = 0; replay < 3; ++replay) {
+        out.poison(s);
+        ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+        EXPECT_TRUE(out.bytes(s) == eager) << "graph replay " << replay << " != eager";
+      }
+      out.download(p.out.view, s);
+      expect_same_rows(cpu_out, p.out, p.lengths, p.k);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(cs);
+      if (HasFatalFailure()) return;
     }
-    out.download(p.out.view, s);
-    expect_same_rows(cpu_out, p.out, p.lengths, p.k);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(cs);
-    if (HasFatalFailure()) return;
-  }
 }

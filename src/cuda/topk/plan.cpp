@@ -18,6 +18,15 @@ const char* select_name(Select s) {
   return "?";
 }
 
+const char* emit_name(Emit e) {
+  switch (e) {
+    case Emit::automatic: return "automatic";
+    case Emit::recount: return "recount";
+    case Emit::kept_masks: return "kept_masks";
+  }
+  return "?";
+}
+
 Support can_implement(const Problem& p, const DeviceCaps&) {
   if (p.rows > int64_t(0x7fffffff))
     return unsupported("topk: 'scores' has ", p.rows, " rows, more than a CUDA grid holds");
@@ -63,6 +72,8 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
                     ? tune.cluster
                     : cluster_ctas_for(p, caps);
     if (caps.arch < 90) c.cluster = 1;
+    // The recount emit stays the default until the kept-masks one is measured (bench/NOTES.md, session 6).
+    c.emit = tune.emit == Emit::kept_masks ? Emit::kept_masks : Emit::recount;
   }
   return c;
 }

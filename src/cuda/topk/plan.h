@@ -36,6 +36,17 @@ enum class Select : int {
 };
 const char* select_name(Select s);
 
+// How the sampled kernel's emit (step 4 of topk_sampled.cuh) finds each lane's selected entries. A
+// compile-time variant of the one kernel (its template argument kKeepMasks).
+enum class Emit : int {
+  automatic = 0,   // Tuning only: the plan's choice (recount)
+  recount = 1,     // the count pass and the store pass each test every quad (measured: 6aa3058)
+  kept_masks = 2,  // the count pass's 4-bit masks stay in a register for the store pass, which reads only
+                   // the positions of quads with a selected entry; a select that ended on key bits tests
+                   // the key alone. Not the default: compiled, not yet run on a GPU (bench/NOTES.md)
+};
+const char* emit_name(Emit e);
+
 // Rows longer than kClusterRow, few enough that C CTAs per row fill at most half the SMs, are split over a
 // thread-block cluster of C = 8, 4 or 2 (sm_90): one SM streams ~39 GB/s, so a lone 64K row's filter
 // alone took 6.7 us. Measured (6aa3058, forced sizes, device us): 1 x 64K 19.0 / 16.3 (C 1 / 8), 1 x 128K
@@ -61,6 +72,7 @@ struct Plan {
   int threads = 256;
   Select select = Select::global;  // never automatic in a plan
   int cluster = 1;                 // CTAs per row (a thread-block cluster; sampled kernel on sm_90 only)
+  Emit emit = Emit::recount;       // the sampled kernel's emit (never automatic in a plan)
   std::size_t smem = 0;            // dynamic shared memory per CTA (sampled kernel; 0 for global)
   std::size_t ws_bytes = 0;        // the radix select keeps everything in shared memory
 };
@@ -71,6 +83,7 @@ struct Tuning {
   Select select = Select::automatic;
   int threads = 0;  // 256 or 1024 forces the CTA size; 0 keeps the plan's
   int cluster = 0;  // 1, 2, 4 or 8 forces the CTAs per row (sampled kernel, sm_90; else 1); 0 keeps the plan's
+  Emit emit = Emit::automatic;  // recount or kept_masks forces the sampled kernel's emit
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

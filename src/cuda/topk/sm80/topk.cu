@@ -29,6 +29,7 @@ int g_debug_stop = 0;
 int g_threads = 0;
 int g_cluster = 0;
 bool g_direct_emit = false;
+bool g_mask_emit = false;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
@@ -104,18 +105,26 @@ void launch_with_smem(const TopkParams& p, unsigned rows, int threads, int clust
 template <int kThreads>
 void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaStream_t s) {
   constexpr int kUnroll = 4;
-  if (plan.select == topk_op::Select::sampled)
-    launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll>>(p, rows, kThreads, plan.cluster, plan.smem,
-                                                                          s);
-  else topk_detail::topk_global_kernel<kThreads><<<rows, kThreads, 0, s>>>(p);
+  if (plan.select != topk_op::Select::sampled) {
+    topk_detail::topk_global_kernel<kThreads><<<rows, kThreads, 0, s>>>(p);
+    return;
+  }
+  // The emit is a compile-time variant of the one kernel (kKeepMasks).
+  if (plan.emit == topk_op::Emit::kept_masks)
+    launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true>>(p, rows, kThreads, plan.cluster,
+                                                                                plan.smem, s);
+  else
+    launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, false>>(p, rows, kThreads, plan.cluster,
+                                                                                 plan.smem, s);
 }
 
-topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster) {
+topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, bool mask_emit) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
   t.threads = threads;
   t.cluster = cluster;
+  t.emit = mask_emit ? topk_op::Emit::kept_masks : topk_op::Emit::automatic;
   return t;
 }
 
@@ -127,6 +136,7 @@ void set_topk_debug_stop(int stop) { g_debug_stop = stop; }
 void set_topk_threads(int threads) { g_threads = threads; }
 void set_topk_cluster(int ctas) { g_cluster = ctas; }
 void set_topk_direct_emit(bool direct) { g_direct_emit = direct; }
+void set_topk_mask_emit(bool masks) { g_mask_emit = masks; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -136,8 +146,8 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
-  const topk_op::Plan plan =
-      topk_op::make_plan(topk_op::problem_of(a), current_device_caps(), tuning_of(g_topk_path, g_threads, g_cluster));
+  const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
+                                                tuning_of(g_topk_path, g_threads, g_cluster, g_mask_emit));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);

@@ -21,5 +21,8 @@ void set_topk_threads(int threads);
 void set_topk_cluster(int ctas);
 // Benchmarks only: the sampled kernel stores each output directly instead of staging them (A/B).
 void set_topk_direct_emit(bool direct);
+// Benchmarks and tests: the sampled kernel's emit keeps the count pass's selection masks in a register
+// (topk_op::Emit::kept_masks: not yet the default, not yet run on a GPU) instead of recounting (A/B).
+void set_topk_mask_emit(bool masks);
 
 }  // namespace attnserve::cuda

@@ -28,7 +28,9 @@
 //   4. Emit: each warp counts its selected candidates, a prefix over warps gives its output offset, and a
 //      ballot orders its lanes: the output order depends only on the data (deterministic, not sorted).
 //      Contiguous outputs (column stride 1, k <= kBins - 3) are staged in the free histogram and written
-//      by all threads with 16-byte stores; others are stored directly, 4 bytes at a time.
+//      by all threads with 16-byte stores; others are stored directly, 4 bytes at a time. The store pass
+//      tests every entry again (the default, measured) or, with kKeepMasks (topk_op::Emit::kept_masks, not
+//      yet run on a GPU), reuses the count pass's masks.
 // Cluster rows (sm_90, plan.cluster > 1 CTAs per row, long rows only): every CTA of the cluster computes
 // the same sample threshold (the same 4096 values, the same code), filters 1/nranks of the row's
 // 128-value steps into its own segments, and after a cluster barrier copies them into CTA 0's segment of
@@ -247,7 +249,10 @@ __device__ inline uint32_t gather_into_rank0(SampledSmem<kThreads>& S, uint32_t 
 
 // Emit step 4's k outputs: each selected entry's value goes to its slot (the warps' prefix plus the lane
 // order), directly to global memory or (contiguous rows) staged in S.hist, then written by 16-byte stores.
-template <int kThreads>
+// kKeepMasks (topk_op::Emit::kept_masks, not yet the default): the count pass keeps each lane's 4-bit masks
+// in one register and the store pass reuses them (the recount tests every quad twice), reading only the
+// positions of quads with a selected entry; a select that ended on key bits tests the key alone.
+template <int kThreads, bool kKeepMasks>
 __device__ inline void emit_selected(const TopkParams& p, int64_t row, const RowView& rv, SampledSmem<kThreads>& S,
                                      const SelectState& st) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -261,11 +266,22 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
   const uint32_t head = (4u - out_misalign) & 3u;  // outputs before the first 16-byte boundary
   const uint32_t pad = (4u - head) & 3u;
   const bool staged = p.out_col_stride == 1 && k + 3 <= kBins && !p.direct_emit;
-  // The selected entries of quad q among its first n - 4q: bit e for entry 4q + e.
+  // A select that ended on key bits (no position pass: pshift 31, pprefix 0) selects by the key alone:
+  // at_or_above(key, rp) is then shr32(key, kshift) >= kprefix for every rp (used by the kKeepMasks emit).
+  const bool key_only = kKeepMasks && st.pshift == 31;
+  // The selected entries of quad q among its first n - 4q: bit e for entry 4q + e (p4: the quad's positions,
+  // unless key_only).
   auto selected4 = [&](uint32_t q, uint4& p4) {
     uint32_t m = 0;
     if (4 * q < n) {
       const uint4 k4 = key4[q];
+      if (key_only) {
+        const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (4 * q + e < n && shr32(kk[e], st.kshift) >= st.kprefix) m |= 1u << e;
+        return m;
+      }
       p4 = pos4[q];
       const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w}, pp[4] = {p4.x, p4.y, p4.z, p4.w};
 #pragma unroll
@@ -274,18 +290,37 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
     }
     return m;
   };
-  uint32_t n_sel = 0;
-  for (uint32_t q = lane; 4 * q < n; q += 32) {
-    uint4 p4;
-    n_sel += uint32_t(__popc(selected4(q, p4)));
+  // Count pass. kKeepMasks: lane l's quads l + 32 t (t < 5: n <= kSegCap) keep their masks at bits 4 t.
+  constexpr int kQuadTrips = (kSegCap + 127) / 128;
+  static_assert(kQuadTrips * 4 <= 32, "a lane's masks fit one register");
+  uint32_t n_sel = 0, masks = 0;
+  if constexpr (kKeepMasks) {
+#pragma unroll
+    for (int t = 0; t < kQuadTrips; ++t) {
+      uint4 p4;
+      const uint32_t m = selected4(uint32_t(lane + 32 * t), p4);
+      masks |= m << (4 * t);
+      n_sel += uint32_t(__popc(m));
+    }
+  } else {
+    for (uint32_t q = lane; 4 * q < n; q += 32) {
+      uint4 p4;
+      n_sel += uint32_t(__popc(selected4(q, p4)));
+    }
   }
   n_sel = warp_sum(n_sel);
   if (lane == 0) S.warp[1][warp] = n_sel;
   __syncthreads();
   uint32_t slot0 = warp_sum(lane < warp ? S.warp[1][lane] : 0u);  // selected in lower warps' segments
-  for (uint32_t base = 0; base < n; base += 128) {                // warp-uniform trip count
+  for (uint32_t base = 0, t = 0; base < n; base += 128, ++t) {    // warp-uniform trip count
     uint4 p4 = make_uint4(0u, 0u, 0u, 0u);
-    const uint32_t m = selected4(base / 4 + lane, p4);
+    uint32_t m;
+    if constexpr (kKeepMasks) {
+      m = (masks >> (4 * t)) & 15u;
+      if (m) p4 = pos4[base / 4 + lane];  // only quads with a selected entry read their positions
+    } else {
+      m = selected4(base / 4 + lane, p4);
+    }
     const uint32_t c = uint32_t(__popc(m));  // 0..4: three bit planes
     const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
     const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u);
@@ -320,7 +355,8 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
 }
 
 // One row per CTA (grid = rows), or one row per cluster of nranks CTAs (grid = rows * nranks, sm_90).
-template <int kThreads, int kUnroll>
+// kKeepMasks: the emit's variant (emit_selected).
+template <int kThreads, int kUnroll, bool kKeepMasks>
 __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     topk_sampled_kernel(const __grid_constant__ TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
@@ -506,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
-  emit_selected<kThreads>(p, row, rv, S, st);
+  emit_selected<kThreads, kKeepMasks>(p, row, rv, S, st);
 }
 
 template <int kThreads>
