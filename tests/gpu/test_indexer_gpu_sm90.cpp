@@ -58,7 +58,7 @@ TEST(IndexerSm90PagedEdge, EveryOverlapMode) {
     for (const int64_t span : {0, 8192}) {
       SCOPED_TRACE("ws_mode " + std::to_string(mode) + " span " + std::to_string(span));
       const ForceForm form(1, span, mode);
-      run_paged_case({.seqlens = {5000, 129, 1}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);
+      run_paged_case({.seqlens = {5000, 129, 2}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);
       run_paged_case({.seqlens = {4100, 65, 4}, .next_n = 4, .page_size = 64}, g, 3, Math::fp8_mma);  // page 3 invalid
     }
 }
@@ -160,7 +160,8 @@ TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
   w.push_back({2990, 2995});                                    // a sliding window's tail
   w.push_back({7, 7});                                          // empty
   for (const int64_t span : {8192, 1024})
-    for (int mode = 0; mode < 4; ++mode) {
+    for (const int mode : {0, 1, 2, 3}) {
+      if (span == 1024 && (mode == 1 || mode == 2)) continue;  // the CPU oracle's time: 6 forms, not 8
       SCOPED_TRACE("span " + std::to_string(span) + " ws_mode " + std::to_string(mode));
       const ForceForm form(1, span, mode);
       run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma);
