@@ -41,12 +41,17 @@ namespace attnserve::cuda::indexer90 {
 //    warpgroup's block while the other reduces, instead of both blocks at once and then both epilogues.
 //  bit 1, split (kRows even): the wgmmas of a block go in two commit groups of kRows / 2 rows each (N / 2);
 //    the warpgroup reduces the first half's rows while the second half's wgmmas still run (wait_group 1).
+//  bit 2, batched epilogue: the rows of a commit group are reduced together — all their FMA chains, then all
+//    their quad shuffles, then their stores — instead of one row after the other (each row's shuffle and
+//    store latency then hides under the next row's work); the rows' windows live in registers and the key
+//    scale / flag are read with ld.shared. The same arithmetic per row: the same bits as without it.
 template <int kRows, bool kPaged, bool kQScale, bool kVec16, int kMode>
 __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   constexpr int kS = kWsStages, kB = kWsBlockKeys;
   constexpr bool kPingPong = (kMode & kWsPingPong) != 0;
   constexpr bool kSplit = (kMode & kWsSplit) != 0 && kRows % 2 == 0;
+  constexpr bool kBatched = (kMode & kWsBatched) != 0;
   constexpr int kBanks = kSplit ? 2 : 1;      // commit groups of a block
   constexpr int kBankRows = kRows / kBanks;   // rows a bank scores
   constexpr int kBankN = kHeads * kBankRows;  // its wgmma N
@@ -238,6 +243,43 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
     }
   };
 
+  // The batched form (kBatched) of reduce_row over the rows of bank b (accb: its accumulators).
+  int win_lo[kRows], win_hi[kRows];  // the rows' windows [lo, hi)
+#pragma unroll
+  for (int t = 0; t < kRows; ++t) win_lo[t] = sWin[2 * t], win_hi[t] = sWin[2 * t + 1];
+  const int rows_here = int(min(int64_t(kRows), p.rows - row0));  // rows of the group inside the batch
+  float* const out_base = p.logits + row0 * p.logit_row_stride;
+  auto reduce_bank = [&](int b, const float* accb, int col, bool writer, bool my_ok, float my_scale) {
+    float v[kBankRows], other[kBankRows];
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) {
+      const int t = b * kBankRows + tt;
+      float s0a = 0.f, s0b = 0.f, s1a = 0.f, s1b = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float* a = accb + 32 * tt + 4 * j;
+        s0a = fmaf(relu_keep_nan(a[0]), wr[t][2 * j], s0a);
+        s0b = fmaf(relu_keep_nan(a[1]), wr[t][2 * j + 1], s0b);
+        s1a = fmaf(relu_keep_nan(a[2]), wr[t][2 * j], s1a);
+        s1b = fmaf(relu_keep_nan(a[3]), wr[t][2 * j + 1], s1b);
+      }
+      const float v0 = s0a + s0b, v1 = s1a + s1b;
+      v[tt] = (q4 & 1) ? v1 : v0;
+      other[tt] = (q4 & 1) ? v0 : v1;
+    }
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, other[tt], 1);
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, v[tt], 2);
+    float* const out = out_base + int64_t(col) * p.logit_col_stride;
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) {
+      const int t = b * kBankRows + tt;
+      const bool visible = my_ok && col >= win_lo[t] && col < win_hi[t];
+      if (writer && t < rows_here) out[int64_t(t) * p.logit_row_stride] = visible ? v[tt] * my_scale : kNegInf;
+    }
+  };
+
 #pragma unroll 1
   for (int i = w; i < n; i += 2) {
     const int slot = i % kS;
@@ -258,21 +300,34 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
     if constexpr (kPingPong)
       if (i + 1 < n) sm90::named_arrive(kBarOf0 + (1 - w), 256);  // the other warpgroup may issue block i + 1
     // The key this lane writes (lanes q4 0 and 1 of a quad: keys key_l and key_l + 8), read while the wgmmas run.
-    const float my_scale = sScale[slot * kB + my_key];
-    const bool my_ok = sOk[slot * kB + my_key] != 0;
+    float my_scale;
+    bool my_ok;
+    if constexpr (kBatched) {
+      my_scale = lds_f32(ptx::smem_addr(sScale + slot * kB + my_key));
+      my_ok = lds_u8(ptx::smem_addr(sOk + slot * kB + my_key)) != 0;
+    } else {
+      my_scale = sScale[slot * kB + my_key];
+      my_ok = sOk[slot * kB + my_key] != 0;
+    }
     const int col = int(cfirst) + i * kB + my_key;
     const bool writer = q4 < 2 && col < c1;
+    auto reduce = [&](int b) {
+      if constexpr (kBatched) {
+        reduce_bank(b, acc[b], col, writer, my_ok, my_scale);
+      } else {
+#pragma unroll
+        for (int t = b * kBankRows; t < (b + 1) * kBankRows; ++t) reduce_row(t, acc[b], col, writer, my_ok, my_scale);
+      }
+    };
     if constexpr (kSplit) {
       sm90::wg_wait<1>();  // bank 0 done, bank 1 still running
       sm90::fence_regs(acc[0]);
-#pragma unroll
-      for (int t = 0; t < kBankRows; ++t) reduce_row(t, acc[0], col, writer, my_ok, my_scale);
+      reduce(0);
     }
     sm90::wg_wait<0>();
     sm90::fence_regs(acc[kBanks - 1]);
     sm90::mbar_arrive(empty(slot));  // the stage's keys are read: the producer may refill it
-#pragma unroll
-    for (int t = (kBanks - 1) * kBankRows; t < kRows; ++t) reduce_row(t, acc[kBanks - 1], col, writer, my_ok, my_scale);
+    reduce(kBanks - 1);
   }
 #endif
 }
