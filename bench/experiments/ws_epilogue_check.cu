@@ -42,15 +42,16 @@ struct Case {
 
 int main() {
   std::mt19937_64 g(7);
-  Case causal{8192, 8192, {}, {}}, rnd{1001, 3000, {}, {}};
+  Case causal{8192, 8192, {}, {}}, causal4{4096, 4096, {}, {}}, rnd{1001, 3000, {}, {}};
   for (int64_t r = 0; r < causal.rows; ++r) causal.ks.push_back(0), causal.ke.push_back(int32_t(r + 1));
+  for (int64_t r = 0; r < causal4.rows; ++r) causal4.ks.push_back(0), causal4.ke.push_back(int32_t(r + 1));
   for (int64_t r = 0; r < rnd.rows; ++r) {
     int a = int(g() % 3100), b = int(g() % 3100);
     if (r % 97 == 0) b = a;  // empty windows
     rnd.ks.push_back(std::min(a, b)), rnd.ke.push_back(std::max(a, b));
   }
   int bad = 0;
-  Case* const cases[] = {&rnd, &causal};
+  Case* const cases[] = {&rnd, &causal4, &causal};
   for (Case* c : cases) {
     const int64_t rows = c->rows, cols = c->cols;
     std::vector<uint8_t> q(static_cast<size_t>(rows * 64 * 128)), k(static_cast<size_t>(cols * 128));
@@ -114,17 +115,23 @@ int main() {
         ++bad;
       }
     }
-    if (c == &causal) {
+    if (c != &rnd) {
       const double flops = 2.0 * 64 * 128 * double(rows) * double(rows + 1) / 2;
       cudaEvent_t e0, e1;
       CK(cudaEventCreate(&e0));
       CK(cudaEventCreate(&e1));
+      // The session-4 kernel (the ragged default) on the same inputs, as m = 4.
+      const indexer::Plan plan4 = indexer::make_plan(prob, caps, {.sm90 = 1, .sm90_ws = 0}, {.sm90a = true});
+      indexer::Params p4 = p;
+      p4.num_groups = plan4.num_groups, p4.rows_per_group = plan4.rows_per_group, p4.col_blocks = plan4.col_blocks;
+      p4.cols_per_cta = plan4.cols_per_cta;
       for (int rep = 0; rep < 2; ++rep)
-        for (int m = 0; m < 4; ++m) {
+        for (int m = 0; m < 5; ++m) {
           std::vector<float> t;
           for (int it = 0; it < 12; ++it) {
             CK(cudaEventRecord(e0));
-            kFns[m](p, plan);
+            if (m < 4) kFns[m](p, plan);
+            else indexer90::launch_ragged<false>(p4, plan4, nullptr);
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float ms;
@@ -133,8 +140,12 @@ int main() {
           }
           std::sort(t.begin(), t.end());
           const double us = 1e3 * t[t.size() / 2];
-          std::printf("ragged causal 8192 ws mode %d (pass %d): %.1f us, %.1f TFLOP/s\n", kModes[m], rep, us,
-                      flops / us * 1e-6);
+          if (m < 4)
+            std::printf("ragged causal %lld ws mode %d (pass %d): %.1f us, %.1f TFLOP/s\n", (long long)rows, kModes[m],
+                        rep, us, flops / us * 1e-6);
+          else
+            std::printf("ragged causal %lld session-4 kernel (pass %d): %.1f us, %.1f TFLOP/s\n", (long long)rows, rep,
+                        us, flops / us * 1e-6);
         }
     }
     cudaFree(dq), cudaFree(dk), cudaFree(dw), cudaFree(ds), cudaFree(dks), cudaFree(dke), cudaFree(dl);
