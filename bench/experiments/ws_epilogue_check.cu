@@ -18,13 +18,13 @@
 using namespace attnserve;
 using namespace attnserve::cuda;
 
-#define CK(x)                                                                      \
-  do {                                                                             \
-    cudaError_t e = (x);                                                           \
-    if (e != cudaSuccess) {                                                        \
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e = (x);                                                                  \
+    if (e != cudaSuccess) {                                                               \
       std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(2);                                                                \
-    }                                                                              \
+      std::exit(2);                                                                       \
+    }                                                                                     \
   } while (0)
 
 template <int kMode>
@@ -107,7 +107,8 @@ int main() {
       const size_t diff = size_t(std::mismatch(ref.begin(), ref.end(), out.begin()).first - ref.begin());
       size_t ndiff = 0;
       for (size_t i = 0; i < ref.size(); ++i) ndiff += ref[i] != out[i];
-      std::printf("  mode %d vs mode 0: %zu logits differ%s\n", kModes[m], ndiff, ndiff ? " (BITS DIFFER)" : " (same bits)");
+      std::printf("  mode %d vs mode 0: %zu logits differ%s\n", kModes[m], ndiff,
+                  ndiff ? " (BITS DIFFER)" : " (same bits)");
       if (ndiff) {
         float a, b;
         std::memcpy(&a, &ref[diff], 4), std::memcpy(&b, &out[diff], 4);

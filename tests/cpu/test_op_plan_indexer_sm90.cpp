@@ -109,7 +109,8 @@ TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {
 // 4 with 16-byte keys); 0 everywhere else.
 TEST(OpPlanIndexerSm90, WsOverlapModeOnlyWhereTheKernelHasModes) {
   const Problem ragged{.rows = 9, .heads = 64, .num_cols = 1000};
-  EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1}, kSm90a).ws_mode, cuda::indexer90::kWsDefaultMode);
+  EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1}, kSm90a).ws_mode, cuda::indexer90::kWsRaggedDefaultMode);
+  EXPECT_EQ(make_plan(paged(4), kH200, {}, kSm90a).ws_mode, cuda::indexer90::kWsPagedDefaultMode);
   for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
     const Tuning t{.sm90_ws = 1, .ws_mode = mode};
     EXPECT_EQ(make_plan(ragged, kH200, t, kSm90a).ws_mode, mode);

@@ -65,7 +65,8 @@ struct Targets {
 // (sm90_ws -1 auto or 0: it measured as fast at 8K and faster at 4K, session 6) or the ws one (sm90_ws 1).
 // ws_cols_per_cta > 0 forces the ws kernel's column span (rounded up to 64; tests: long spans wrap the
 // ring on small problems; the bench: spans against the plan's).
-// ws_mode >= 0 forces the ws kernel's overlap mode where it has modes (-1: the default, kWsDefaultMode).
+// ws_mode >= 0 forces the ws kernel's overlap mode where it has modes (-1: the default, sm90/config.h
+// kWsRaggedDefaultMode / kWsPagedDefaultMode).
 struct Tuning {
   int sm90 = -1;
   int sm90_ws = -1;
