@@ -126,7 +126,7 @@ constexpr std::pair<int, int> kRaggedForms[] = {{0, -1}, {1, 0}, {1, 1}, {1, 2},
 TEST(IndexerSm90Ragged, RandomWindowsMatchCpu) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
-  for (const auto [ws, mode] : kRaggedForms) {
+  for (const auto& [ws, mode] : kRaggedForms) {
     SCOPED_TRACE("sm90_ws " + std::to_string(ws) + " ws_mode " + std::to_string(mode));
     const ForceForm form(ws, 0, mode);
     run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);  // 37 rows: a last group of 1 row
@@ -143,7 +143,7 @@ TEST(IndexerSm90Ragged, CausalPrefillWindows) {
   w.push_back({5, 5});
   w.push_back({0, 1170});
   w.push_back({1169, 1170});
-  for (const auto [ws, mode] : kRaggedForms) {
+  for (const auto& [ws, mode] : kRaggedForms) {
     SCOPED_TRACE("sm90_ws " + std::to_string(ws) + " ws_mode " + std::to_string(mode));
     const ForceForm form(ws, 0, mode);
     run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma);
