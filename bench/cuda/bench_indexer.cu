@@ -23,7 +23,8 @@ namespace {
 
 // Runs `time_one(kernel name)` once per kernel that can run the problem: the portable one, then the Hopper
 // ones the plan takes under Tuning{.sm90 = 1} (ragged: the session-4 kernel and the warp-specialized one;
-// paged: the ws kernel); then the ws kernel again at each forced column span of `spans` (against the plan's).
+// paged: the ws kernel); the ws kernel in each of its overlap modes; then the ws kernel again at each forced
+// column span of `spans` (against the plan's).
 template <typename F>
 void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const std::vector<int64_t>& spans = {}) {
   const DeviceCaps caps = query_device_caps(Device::cuda());
@@ -34,7 +35,18 @@ void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const 
     if (form > 0 && !cuda::indexer::is_sm90(plan.kernel)) continue;
     if (int(plan.kernel) == previous) continue;  // paged: one Hopper kernel
     previous = int(plan.kernel);
-    time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + "]");
+    const std::string kernel = cuda::indexer::kernel_name(plan.kernel);
+    time_one(" [" + kernel + (cuda::indexer::is_sm90_ws(plan.kernel) ? " mode " + std::to_string(plan.ws_mode) : "") +
+             "]");
+    // The ws kernel's other overlap modes (0 lockstep, 1 ping-pong, 2 split commit groups, 3 both), where it has them.
+    if (cuda::indexer::is_sm90_ws(plan.kernel))
+      for (int mode = 0; mode < 4; ++mode) {
+        if (mode == plan.ws_mode) continue;
+        cuda::indexer::op_tuning().ws_mode = mode;
+        if (cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning()).ws_mode != mode) break;  // none
+        time_one(" [" + kernel + " mode " + std::to_string(mode) + "]");
+      }
+    cuda::indexer::op_tuning().ws_mode = -1;
     if (cuda::indexer::is_sm90_ws(plan.kernel))
       for (const int64_t span : spans) {
         cuda::indexer::op_tuning().ws_cols_per_cta = span;

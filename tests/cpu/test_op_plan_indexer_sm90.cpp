@@ -105,6 +105,24 @@ TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {
             Kernel::sm90ws_ragged_q_scale);
 }
 
+// The ws kernel's overlap mode: the default, or the forced one, where it has modes (ragged; paged next_n 2 and
+// 4 with 16-byte keys); 0 everywhere else.
+TEST(OpPlanIndexerSm90, WsOverlapModeOnlyWhereTheKernelHasModes) {
+  const Problem ragged{.rows = 9, .heads = 64, .num_cols = 1000};
+  EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1}, kSm90a).ws_mode, cuda::indexer90::kWsRaggedDefaultMode);
+  EXPECT_EQ(make_plan(paged(4), kH200, {}, kSm90a).ws_mode, cuda::indexer90::kWsPagedDefaultMode);
+  for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
+    const Tuning t{.sm90_ws = 1, .ws_mode = mode};
+    EXPECT_EQ(make_plan(ragged, kH200, t, kSm90a).ws_mode, mode);
+    EXPECT_EQ(make_plan(paged(2), kH200, t, kSm90a).ws_mode, mode);
+    EXPECT_EQ(make_plan(paged(4), kH200, t, kSm90a).ws_mode, mode);
+    EXPECT_EQ(make_plan(paged(1), kH200, t, kSm90a).ws_mode, 0);
+    EXPECT_EQ(make_plan(paged(3), kH200, t, kSm90a).ws_mode, 0);
+    EXPECT_EQ(make_plan(paged(4, 5), kH200, t, kSm90a).ws_mode, 0);  // 4-byte key copies
+    EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 0, .ws_mode = mode}, kSm90a).ws_mode, 0);
+  }
+}
+
 TEST(OpPlanIndexerSm90, PortableWhereTheHopperKernelDoesNotApply) {
   EXPECT_EQ(make_plan(paged(1), kA100, {}, kSm90a).kernel, Kernel::paged);          // not sm_90
   EXPECT_EQ(make_plan(paged(1), kH200, {}, Targets{}).kernel, Kernel::paged);       // no sm_90a build

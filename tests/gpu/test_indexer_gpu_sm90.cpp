@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "attnserve/ops/indexer.h"
 #include "cpu/test_indexer_util.h"
@@ -22,13 +23,14 @@ using namespace attnserve::test::indexer_gpu;
 
 namespace {
 
-// Sets the Hopper ragged kernel (Tuning::sm90_ws) and the ws kernel's column span for the indexer calls in
-// its scope (op_tuning).
+// Sets the Hopper ragged kernel (Tuning::sm90_ws), the ws kernel's column span and its overlap mode
+// (-1: the plan's default) for the indexer calls in its scope (op_tuning).
 struct ForceForm {
   cuda::indexer::Tuning saved;
-  ForceForm(int sm90_ws, int64_t ws_cols_per_cta) : saved(cuda::indexer::op_tuning()) {
+  ForceForm(int sm90_ws, int64_t ws_cols_per_cta, int ws_mode = -1) : saved(cuda::indexer::op_tuning()) {
     cuda::indexer::op_tuning().sm90_ws = sm90_ws;
     cuda::indexer::op_tuning().ws_cols_per_cta = ws_cols_per_cta;
+    cuda::indexer::op_tuning().ws_mode = ws_mode;
   }
   ~ForceForm() { cuda::indexer::op_tuning() = saved; }
   ForceForm(const ForceForm&) = delete;
@@ -45,6 +47,20 @@ TEST_P(IndexerSm90Paged, CausalRowsMatchCpu) {
   // last_page_partial (random lengths), a request ending on a stage boundary, one spanning two CTAs.
   run_paged_case({.seqlens = {len(g), 128, len(g), 2100}, .next_n = next_n, .page_size = page_size}, g, -1,
                  Math::fp8_mma);
+}
+
+// Every overlap mode of the ws kernel (ping-pong, split commit groups, both) where it has them: next_n 2 and 4
+// with 16-byte keys, short spans (several CTAs a request) and one long span (the ring wraps).
+TEST(IndexerSm90PagedEdge, EveryOverlapMode) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  for (int mode = 0; mode < 4; ++mode)
+    for (const int64_t span : {0, 8192}) {
+      SCOPED_TRACE("ws_mode " + std::to_string(mode) + " span " + std::to_string(span));
+      const ForceForm form(1, span, mode);
+      run_paged_case({.seqlens = {5000, 129, 2}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma);
+      run_paged_case({.seqlens = {4100, 65, 4}, .next_n = 4, .page_size = 64}, g, 3, Math::fp8_mma);  // page 3 invalid
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Indexer, IndexerSm90Paged,
@@ -103,15 +119,16 @@ TEST(IndexerSm90PagedEdge, ShortForcedSpans) {
   run_paged_case({.seqlens = {2049, 700}, .next_n = 4, .page_size = 64}, g, -1, Math::fp8_mma);
 }
 
-// Both Hopper ragged kernels: sm90_ws 0 the session-4 one (the default), 1 the warp-specialized one.
-constexpr int kRaggedForms[] = {0, 1};
+// The Hopper ragged kernels: {sm90_ws, ws_mode}: the session-4 one, the warp-specialized one in each overlap
+// mode (0 lockstep, 1 ping-pong, 2 split commit groups, 3 both).
+constexpr std::pair<int, int> kRaggedForms[] = {{0, -1}, {1, 0}, {1, 1}, {1, 2}, {1, 3}};
 
 TEST(IndexerSm90Ragged, RandomWindowsMatchCpu) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
-  for (const int ws : kRaggedForms) {
-    SCOPED_TRACE("sm90_ws " + std::to_string(ws));
-    const ForceForm form(ws, 0);
+  for (const auto& [ws, mode] : kRaggedForms) {
+    SCOPED_TRACE("sm90_ws " + std::to_string(ws) + " ws_mode " + std::to_string(mode));
+    const ForceForm form(ws, 0, mode);
     run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);  // 37 rows: a last group of 1 row
   }
 }
@@ -126,9 +143,9 @@ TEST(IndexerSm90Ragged, CausalPrefillWindows) {
   w.push_back({5, 5});
   w.push_back({0, 1170});
   w.push_back({1169, 1170});
-  for (const int ws : kRaggedForms) {
-    SCOPED_TRACE("sm90_ws " + std::to_string(ws));
-    const ForceForm form(ws, 0);
+  for (const auto& [ws, mode] : kRaggedForms) {
+    SCOPED_TRACE("sm90_ws " + std::to_string(ws) + " ws_mode " + std::to_string(mode));
+    const ForceForm form(ws, 0, mode);
     run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma);
   }
 }
@@ -142,11 +159,13 @@ TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
   for (int t = 0; t < 45; ++t) w.push_back({0, 2950 + t + 1});  // the last 45 rows of a 2995-token prompt
   w.push_back({2990, 2995});                                    // a sliding window's tail
   w.push_back({7, 7});                                          // empty
-  for (const int64_t span : {8192, 1024}) {
-    SCOPED_TRACE("span " + std::to_string(span));
-    const ForceForm form(1, span);
-    run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma);
-  }
+  for (const int64_t span : {8192, 1024})
+    for (const int mode : {0, 1, 2, 3}) {
+      if (span == 1024 && (mode == 1 || mode == 2)) continue;  // the CPU oracle's time: 6 forms, not 8
+      SCOPED_TRACE("span " + std::to_string(span) + " ws_mode " + std::to_string(mode));
+      const ForceForm form(1, span, mode);
+      run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma);
+    }
 }
 
 // q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply).

@@ -95,6 +95,9 @@ Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tun
     c.rows_per_group = p.paged ? p.next_n : indexer90::kWsRaggedRows;
     c.num_groups = p.paged ? p.rows / p.next_n : ceil_div64(p.rows, indexer90::kWsRaggedRows);
     size_ws_columns(c, caps, tune);
+    const bool has_modes = !p.paged || ((p.next_n == 2 || p.next_n == 4) && p.page_size % 4 == 0);
+    const int default_mode = p.paged ? indexer90::kWsPagedDefaultMode : indexer90::kWsRaggedDefaultMode;
+    c.ws_mode = has_modes ? (tune.ws_mode >= 0 ? tune.ws_mode % indexer90::kWsModes : default_mode) : 0;
   } else if (sm90 == 1) {
     c.kernel = p.q_scale ? Kernel::sm90_ragged_q_scale : Kernel::sm90_ragged;
     c.rows_per_group = indexer90::kRaggedRows;

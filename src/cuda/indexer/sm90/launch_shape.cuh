@@ -20,9 +20,9 @@ void launch_ragged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
-template <int kRows, bool kPaged, bool kQScale, bool kVec16>
+template <int kRows, bool kPaged, bool kQScale, bool kVec16, int kMode>
 void launch_ws_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  auto* kernel = indexer_ws_kernel<kRows, kPaged, kQScale, kVec16>;
+  auto* kernel = indexer_ws_kernel<kRows, kPaged, kQScale, kVec16, kMode>;
   const std::size_t smem = ws_smem_bytes(kRows);
   static const bool attr_set = [&] {
     ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -33,15 +33,29 @@ void launch_ws_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
+// The plan's ws_mode (0 .. kWsModes - 1) as the kernel's template argument.
+template <int kRows, bool kPaged, bool kQScale, bool kVec16>
+void launch_ws_mode(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
+  switch (plan.ws_mode) {
+    case 0: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, 0>(p, plan, s); break;
+    case 1: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, 1>(p, plan, s); break;
+    case 2: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, 2>(p, plan, s); break;
+    case 3: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, 3>(p, plan, s); break;
+    default: ATTNSERVE_CHECK(false, "indexer: no ws mode ", plan.ws_mode);
+  }
+}
+
+// Paged: the modes for next_n 2 and 4 with 16-byte key copies (the compute-heavy forms); mode 0 otherwise.
 template <int kNextN, bool kQScale>
 void launch_ws_paged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  if (plan.key_vec16) launch_ws_kernel<kNextN, true, kQScale, true>(p, plan, s);
-  else launch_ws_kernel<kNextN, true, kQScale, false>(p, plan, s);
+  if (!plan.key_vec16) launch_ws_kernel<kNextN, true, kQScale, false, 0>(p, plan, s);
+  else if constexpr (kNextN == 2 || kNextN == 4) launch_ws_mode<kNextN, true, kQScale, true>(p, plan, s);
+  else launch_ws_kernel<kNextN, true, kQScale, true, 0>(p, plan, s);
 }
 
 template <bool kQScale>
 void launch_ws_ragged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  launch_ws_kernel<kWsRaggedRows, false, kQScale, true>(p, plan, s);
+  launch_ws_mode<kWsRaggedRows, false, kQScale, true>(p, plan, s);
 }
 
 }  // namespace attnserve::cuda::indexer90

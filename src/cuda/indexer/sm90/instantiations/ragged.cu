@@ -1,4 +1,4 @@
-// The Hopper indexer, ragged (the session-4 and the ws kernel, with and without q_scale).
+// The Hopper indexer, ragged (the session-4 and the ws kernel in its 4 overlap modes, with and without q_scale).
 #include "cuda/indexer/sm90/launch_shape.cuh"
 
 namespace attnserve::cuda::indexer90 {
