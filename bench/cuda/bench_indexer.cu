@@ -15,6 +15,7 @@
 #include "attnserve/cache_formats.h"
 #include "bench_sparse_util.cuh"
 #include "cuda/indexer/plan.h"
+#include "cuda/indexer/sm90/config.h"
 
 using namespace attnserve;
 using namespace dsa_bench;
@@ -38,12 +39,13 @@ void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const 
     const std::string kernel = cuda::indexer::kernel_name(plan.kernel);
     time_one(" [" + kernel + (cuda::indexer::is_sm90_ws(plan.kernel) ? " mode " + std::to_string(plan.ws_mode) : "") +
              "]");
-    // The ws kernel's other overlap modes (0 lockstep, 1 ping-pong, 2 split commit groups, 3 both), where it has them.
+    // The ws kernel's other modes where it has them (bits: 1 ping-pong, 2 split commit groups, 4 the batched
+    // epilogue; 0 lockstep): 0..7 ragged and paged next_n 2, 4 with 16-byte keys, 0 and 4 elsewhere.
     if (cuda::indexer::is_sm90_ws(plan.kernel))
-      for (int mode = 0; mode < 4; ++mode) {
+      for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
         if (mode == plan.ws_mode) continue;
         cuda::indexer::op_tuning().ws_mode = mode;
-        if (cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning()).ws_mode != mode) break;  // none
+        if (cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning()).ws_mode != mode) continue;  // none
         time_one(" [" + kernel + " mode " + std::to_string(mode) + "]");
       }
     cuda::indexer::op_tuning().ws_mode = -1;

@@ -56,8 +56,10 @@ constexpr int kWsWaves = 4;       // CTAs per SM the plan aims for
 constexpr int kWsPingPong = 1;  // the two warpgroups issue their blocks' wgmmas strictly in turn
 constexpr int kWsSplit = 2;     // a block's wgmmas in two commit groups (half the rows each); reduce the first
                                 // half while the second runs (rows even: ragged, paged next_n 2 and 4)
-constexpr int kWsBatched = 4;   // the rows of a commit group reduced together (one shuffle / store tail)
-constexpr int kWsModes = 4;     // the modes the launcher instantiates (the plan's ws_mode range)
+constexpr int kWsBatched = 4;   // the rows of a commit group reduced together (one shuffle / store tail);
+                                // every form of the ws kernel has it (a selectable mode, no default uses it)
+constexpr int kWsModes = 8;     // the modes the launcher instantiates (the plan's ws_mode range): ragged and
+                                // paged next_n 2, 4 with 16-byte keys 0..7, every other paged form 0 and 4
 // The plan's mode unless Tuning::ws_mode forces one (00dd511, H200): ragged ping-pong + split (causal 8K
 // 898.9 us against 922.0 lockstep; GPU oracle tests and racecheck passed on every mode); paged lockstep
 // (next_n 4 gained 2.7 % with mode 3, next_n 2 lost 4 %, and the paged modes have no GPU oracle run yet).
