@@ -157,7 +157,8 @@ TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
   run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma, every_ws_mode(8192) + every_ws_mode(1024));
 }
 
-// q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply).
+// q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply), in
+// every mode of the ws kernel.
 TEST(IndexerSm90QScale, EqualsWeightsWithTheScaleFoldedIn) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
@@ -181,10 +182,19 @@ TEST(IndexerSm90QScale, EqualsWeightsWithTheScaleFoldedIn) {
                               .q_scale = qs.view};
   IndexerPagedArgs folded = with;
   folded.weights = wq.view, folded.q_scale = {};
-  const HostTensor a = run_paged_gpu(with, logits, nullptr, Math::fp8_mma),
-                   b = run_paged_gpu(folded, logits, nullptr, Math::fp8_mma);
-  EXPECT_EQ(a.bytes, b.bytes);
-  EXPECT_EQ(count_nan(to_doubles(a)), 0);
+  // Every mode of next_n 2 (the q_scale instantiations of each); the batched epilogue gives its per-row twin's bits.
+  std::vector<std::vector<uint8_t>> bits;
+  for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
+    SCOPED_TRACE("ws_mode " + std::to_string(mode));
+    const ForceForm form(-1, 0, mode);
+    const HostTensor a = run_paged_gpu(with, logits, nullptr, Math::fp8_mma),
+                     b = run_paged_gpu(folded, logits, nullptr, Math::fp8_mma);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_EQ(count_nan(to_doubles(a)), 0);
+    bits.push_back(a.bytes);
+    if (mode & cuda::indexer90::kWsBatched)
+      EXPECT_TRUE(a.bytes == bits[size_t(mode & ~cuda::indexer90::kWsBatched)]) << "batched bits differ";
+  }
 }
 
 // The model of the FP8 accumulation is a real bound, not a blank cheque: the Hopper kernel's error is far
