@@ -15,6 +15,7 @@
 #include "attnserve/cache_formats.h"
 #include "bench_sparse_util.cuh"
 #include "cuda/indexer/plan.h"
+#include "cuda/indexer/sm90/config.h"
 
 using namespace attnserve;
 using namespace dsa_bench;
@@ -23,7 +24,8 @@ namespace {
 
 // Runs `time_one(kernel name)` once per kernel that can run the problem: the portable one, then the Hopper
 // ones the plan takes under Tuning{.sm90 = 1} (ragged: the session-4 kernel and the warp-specialized one;
-// paged: the ws kernel); then the ws kernel again at each forced column span of `spans` (against the plan's).
+// paged: the ws kernel); the ws kernel in each of its overlap modes; then the ws kernel again at each forced
+// column span of `spans` (against the plan's).
 template <typename F>
 void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const std::vector<int64_t>& spans = {}) {
   const DeviceCaps caps = query_device_caps(Device::cuda());
@@ -34,7 +36,19 @@ void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const 
     if (form > 0 && !cuda::indexer::is_sm90(plan.kernel)) continue;
     if (int(plan.kernel) == previous) continue;  // paged: one Hopper kernel
     previous = int(plan.kernel);
-    time_one(std::string(" [") + cuda::indexer::kernel_name(plan.kernel) + "]");
+    const std::string kernel = cuda::indexer::kernel_name(plan.kernel);
+    time_one(" [" + kernel + (cuda::indexer::is_sm90_ws(plan.kernel) ? " mode " + std::to_string(plan.ws_mode) : "") +
+             "]");
+    // The ws kernel's other modes where it has them (bits: 1 ping-pong, 2 split commit groups, 4 the batched
+    // epilogue; 0 lockstep): 0..7 ragged and paged next_n 2, 4 with 16-byte keys, 0 and 4 elsewhere.
+    if (cuda::indexer::is_sm90_ws(plan.kernel))
+      for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
+        if (mode == plan.ws_mode) continue;
+        cuda::indexer::op_tuning().ws_mode = mode;
+        if (cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning()).ws_mode != mode) continue;  // none
+        time_one(" [" + kernel + " mode " + std::to_string(mode) + "]");
+      }
+    cuda::indexer::op_tuning().ws_mode = -1;
     if (cuda::indexer::is_sm90_ws(plan.kernel))
       for (const int64_t span : spans) {
         cuda::indexer::op_tuning().ws_cols_per_cta = span;

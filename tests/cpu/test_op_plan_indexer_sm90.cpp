@@ -105,6 +105,36 @@ TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {
             Kernel::sm90ws_ragged_q_scale);
 }
 
+// The ws kernel's mode: the default, or the forced one, where it has modes: the overlap bits (ping-pong, split)
+// ragged and paged next_n 2 and 4 with 16-byte keys, the batched epilogue's bit every form of the ws kernel;
+// the other bits dropped. No default has the batched epilogue (not measured yet).
+TEST(OpPlanIndexerSm90, WsModeOnlyWhereTheKernelHasIt) {
+  using cuda::indexer90::kWsBatched;
+  const Problem ragged{.rows = 9, .heads = 64, .num_cols = 1000};
+  EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1}, kSm90a).ws_mode, cuda::indexer90::kWsRaggedDefaultMode);
+  EXPECT_EQ(cuda::indexer90::kWsRaggedDefaultMode, cuda::indexer90::kWsPingPong | cuda::indexer90::kWsSplit);
+  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode, 0);
+  for (int next_n = 1; next_n <= 4; ++next_n) {
+    EXPECT_EQ(make_plan(paged(next_n), kH200, {}, kSm90a).ws_mode, cuda::indexer90::kWsPagedDefaultMode);
+    EXPECT_EQ(make_plan(paged(next_n, 5), kH200, {}, kSm90a).ws_mode, 0);
+  }
+  EXPECT_EQ(cuda::indexer90::kWsModes, 8);
+  for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
+    const Tuning t{.sm90_ws = 1, .ws_mode = mode};
+    EXPECT_EQ(make_plan(ragged, kH200, t, kSm90a).ws_mode, mode);
+    EXPECT_EQ(make_plan(paged(2), kH200, t, kSm90a).ws_mode, mode);
+    EXPECT_EQ(make_plan(paged(4), kH200, t, kSm90a).ws_mode, mode);
+    EXPECT_EQ(make_plan(paged(1), kH200, t, kSm90a).ws_mode, mode & kWsBatched);
+    EXPECT_EQ(make_plan(paged(3), kH200, t, kSm90a).ws_mode, mode & kWsBatched);
+    EXPECT_EQ(make_plan(paged(4, 5), kH200, t, kSm90a).ws_mode, mode & kWsBatched);  // 4-byte key copies
+    EXPECT_EQ(make_plan(paged(1, 1), kH200, t, kSm90a).ws_mode, mode & kWsBatched);
+    EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 0, .ws_mode = mode}, kSm90a).ws_mode, 0);  // session-4
+    EXPECT_EQ(make_plan(paged(2), kA100, t, kSm90a).ws_mode, 0);  // the portable kernel
+  }
+  // Out of range: the bits the form has.
+  EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1, .ws_mode = 13}, kSm90a).ws_mode, 13 & 7);
+}
+
 TEST(OpPlanIndexerSm90, PortableWhereTheHopperKernelDoesNotApply) {
   EXPECT_EQ(make_plan(paged(1), kA100, {}, kSm90a).kernel, Kernel::paged);          // not sm_90
   EXPECT_EQ(make_plan(paged(1), kH200, {}, Targets{}).kernel, Kernel::paged);       // no sm_90a build

@@ -3,7 +3,9 @@
 // checked against fp64 brute force by the tolerance rule (base: the larger error of the CPU oracle and of a
 // plain float32 loop; for the Hopper FP8 tensor-core kernel also that of a model of its accumulation,
 // fp8_mma_score); -inf positions match exactly; nothing is left unwritten.
-// Math picks the kernel the GPU runs: the portable one (fp32 products and sums) or the Hopper one.
+// Math picks the kernel the GPU runs: the portable one (fp32 products and sums) or the Hopper one; a list of
+// forms (WsForm: the Hopper ragged kernel, the ws kernel's column span and mode) runs the GPU in each of them
+// against one oracle run, and requires the batched epilogue (mode bit kWsBatched) to give its per-row twin's bits.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -12,10 +14,12 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "attnserve/ops/indexer.h"
 #include "cpu/test_indexer_util.h"
 #include "cuda/indexer/plan.h"
+#include "cuda/indexer/sm90/config.h"
 #include "test_sparse_gpu_util.h"
 
 namespace attnserve::test::indexer_gpu {
@@ -38,6 +42,36 @@ struct ForceKernel {
   ForceKernel& operator=(const ForceKernel&) = delete;
 };
 
+// A form of the Hopper kernels (op_tuning): the ragged kernel (sm90_ws: 0 the session-4 one, 1 the ws one,
+// -1 the plan's), the ws kernel's column span (0: the plan's) and its mode (-1: the plan's default).
+struct WsForm {
+  int sm90_ws = -1;
+  int64_t span = 0;
+  int mode = -1;
+  std::string name() const {
+    return "sm90_ws " + std::to_string(sm90_ws) + " span " + std::to_string(span) + " ws_mode " + std::to_string(mode);
+  }
+  // `batched` is this form with the batched epilogue: the same per-row arithmetic, so the same bits.
+  bool is_batched_twin(const WsForm& batched) const {
+    return mode >= 0 && (mode & cuda::indexer90::kWsBatched) == 0 && batched.sm90_ws == sm90_ws &&
+           batched.span == span && batched.mode == (mode | cuda::indexer90::kWsBatched);
+  }
+};
+
+// Sets a WsForm for the indexer calls in its scope (op_tuning), restoring the tuning after.
+struct ForceForm {
+  cuda::indexer::Tuning saved;
+  explicit ForceForm(const WsForm& f) : saved(cuda::indexer::op_tuning()) {
+    cuda::indexer::op_tuning().sm90_ws = f.sm90_ws;
+    cuda::indexer::op_tuning().ws_cols_per_cta = f.span;
+    cuda::indexer::op_tuning().ws_mode = f.mode;
+  }
+  ForceForm(int sm90_ws, int64_t span, int mode = -1) : ForceForm(WsForm{sm90_ws, span, mode}) {}
+  ~ForceForm() { cuda::indexer::op_tuning() = saved; }
+  ForceForm(const ForceForm&) = delete;
+  ForceForm& operator=(const ForceForm&) = delete;
+};
+
 // The Hopper kernel can run here: an sm_90a build on an sm_90 device.
 inline bool sm90_indexer_available() {
   return cuda_available() && cuda::indexer::Targets::built().sm90a && query_device_caps(Device::cuda()).arch == 90;
@@ -53,6 +87,36 @@ inline void expect_kernel(const cuda::indexer::Problem& p, Math math) {
   const auto plan = cuda::indexer::make_plan(p, query_device_caps(Device::cuda()), cuda::indexer::op_tuning());
   EXPECT_EQ(cuda::indexer::is_sm90(plan.kernel), math == Math::fp8_mma)
       << "plan chose " << cuda::indexer::kernel_name(plan.kernel);
+  // A forced batched epilogue runs (every form of the ws kernel has it).
+  const int forced = cuda::indexer::op_tuning().ws_mode;
+  if (cuda::indexer::is_sm90_ws(plan.kernel) && forced >= 0)
+    EXPECT_EQ(plan.ws_mode & cuda::indexer90::kWsBatched, forced & cuda::indexer90::kWsBatched)
+        << "plan's ws_mode " << plan.ws_mode << ", forced " << forced;
+}
+
+// Runs `gpu()` (returns the GPU's logits) in each form (none: once, under the current op_tuning) and checks
+// each with `check`; then the batched epilogue's bits against its per-row twin's.
+template <typename Gpu, typename Check>
+void run_forms(const std::vector<WsForm>& forms, Gpu&& gpu, Check&& check) {
+  if (forms.empty()) {
+    const HostTensor got = gpu();
+    if (!::testing::Test::HasFailure()) check(got);
+    return;
+  }
+  std::vector<std::vector<uint8_t>> bits;
+  for (const WsForm& f : forms) {
+    SCOPED_TRACE(f.name());
+    const ForceForm force(f);
+    const HostTensor got = gpu();
+    if (::testing::Test::HasFailure()) return;
+    check(got);
+    bits.push_back(got.bytes);
+  }
+  for (size_t i = 0; i < forms.size(); ++i)
+    for (size_t j = 0; j < forms.size(); ++j)
+      if (forms[i].is_batched_twin(forms[j]))
+        EXPECT_TRUE(bits[i] == bits[j]) << "the batched epilogue (" << forms[j].name() << ") gives other bits than "
+                                        << forms[i].name();
 }
 
 // A model of Hopper's FP8 wgmma dot q . k over 128 dims (4 instructions of k32): products are exact; each
@@ -140,7 +204,7 @@ struct PagedCase {
 };
 
 inline void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_page_of_request0 = -1,
-                           Math math = Math::fp32) {
+                           Math math = Math::fp32, const std::vector<WsForm>& forms = {}) {
   SCOPED_TRACE("next_n " + std::to_string(c.next_n) + " page_size " + std::to_string(c.page_size) + " heads " +
                std::to_string(c.heads));
   const int64_t b = int64_t(c.seqlens.size()), rows = b * c.next_n;
@@ -165,9 +229,6 @@ inline void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_p
   HostTensor table = kp.page_table;  // (a corrupted copy for the GPU when asked)
   if (corrupt_page_of_request0 >= 0)
     table.ptr<int32_t>()[corrupt_page_of_request0] = corrupt_page_of_request0 % 2 ? -1 : 1 << 30;
-  const HostTensor gpu = run_paged_gpu(args, logits, &table.view, math);
-  if (::testing::Test::HasFailure()) return;
-
   const std::vector<float> qf = to_floats(q), wf = to_floats(w);
   std::vector<double> ref64(size_t(rows * max_context), kNegInf), ref32(ref64.size(), kNegInf),
       refmma(math == Math::fp8_mma ? ref64.size() : 0, kNegInf);
@@ -187,15 +248,15 @@ inline void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_p
           refmma[size_t(row * max_context + j)] = fp8_mma_score(qr, wr, c.heads, k.data(), key.scale);
       }
     }
+  HostTensor expected = cpu;
   if (corrupt_page_of_request0 >= 0) {  // the oracle ran on the intact table: blank the same columns
-    HostTensor cpu_masked = cpu;
     for (int t = 0; t < c.next_n; ++t)
       for (int64_t j = 0; j < max_context; ++j)
-        if (j / c.page_size == corrupt_page_of_request0) cpu_masked.ptr<float>()[t * max_context + j] = -INFINITY;
-    expect_logits(gpu, cpu_masked, ref64, ref32, refmma.empty() ? nullptr : &refmma);
-  } else {
-    expect_logits(gpu, cpu, ref64, ref32, refmma.empty() ? nullptr : &refmma);
+        if (j / c.page_size == corrupt_page_of_request0) expected.ptr<float>()[t * max_context + j] = -INFINITY;
   }
+  run_forms(
+      forms, [&] { return run_paged_gpu(args, logits, &table.view, math); },
+      [&](const HostTensor& gpu) { expect_logits(gpu, expected, ref64, ref32, refmma.empty() ? nullptr : &refmma); });
 }
 
 // A contiguous key buffer for the ragged form.
@@ -213,7 +274,8 @@ struct KeyBuffer {
 
 // windows: per row [ks, ke); empty = all random.
 inline void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::mt19937_64& g,
-                            const std::vector<std::pair<int, int>>& windows = {}, Math math = Math::fp32) {
+                            const std::vector<std::pair<int, int>>& windows = {}, Math math = Math::fp32,
+                            const std::vector<WsForm>& forms = {}) {
   SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads) + " keys " +
                std::to_string(num_keys));
   HostTensor q = random_fp8_q(rows, heads, g), w = random_weights(rows, heads, g);
@@ -246,18 +308,22 @@ inline void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::
                       .ks = dlo.view,
                       .ke = dhi.view,
                       .logits = dout.view};
-  const ForceKernel force(math);
-  expect_kernel(cuda::indexer::problem_of(d), math);
-  std::vector<uint8_t> first;
-  for (int run = 0; run < 2; ++run) {
-    dout.poison();
-    indexer_ragged(d);
-    stream_synchronize({});
-    if (run == 0) first = dout.bytes();
-    else ASSERT_TRUE(first == dout.bytes()) << "two GPU runs differ";
-  }
-  HostTensor gpu = logits;
-  std::memcpy(gpu.bytes.data(), first.data(), first.size());
+  // The GPU logits: two runs on poisoned logits, the same bits required.
+  auto run_gpu = [&] {
+    const ForceKernel force(math);
+    expect_kernel(cuda::indexer::problem_of(d), math);
+    std::vector<uint8_t> first;
+    for (int run = 0; run < 2; ++run) {
+      dout.poison();
+      indexer_ragged(d);
+      stream_synchronize({});
+      if (run == 0) first = dout.bytes();
+      else EXPECT_TRUE(first == dout.bytes()) << "two GPU runs differ";
+    }
+    HostTensor gpu = logits;
+    std::memcpy(gpu.bytes.data(), first.data(), first.size());
+    return gpu;
+  };
 
   const std::vector<float> qf = to_floats(q), wf = to_floats(w);
   std::vector<double> ref64(size_t(rows * num_keys), kNegInf), ref32(ref64.size(), kNegInf),
@@ -275,7 +341,8 @@ inline void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::
         refmma[o] = fp8_mma_score(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
     }
   }
-  expect_logits(gpu, cpu, ref64, ref32, refmma.empty() ? nullptr : &refmma);
+  run_forms(forms, run_gpu,
+            [&](const HostTensor& gpu) { expect_logits(gpu, cpu, ref64, ref32, refmma.empty() ? nullptr : &refmma); });
 }
 
 }  // namespace attnserve::test::indexer_gpu

@@ -5,10 +5,14 @@
 // contexts (many CTAs and ring wrap-arounds), page ids outside the pool, ragged random and causal windows
 // with a partial last row group, and q_scale equal to the weights with the scale folded in. Paged calls run the
 // warp-specialized kernel; the ragged cases run both the session-4 kernel (the ragged default) and the ws one.
-// Long forced column spans wrap the ws kernel's ring of stages many times on small problems.
+// Long forced column spans wrap the ws kernel's ring of stages many times on small problems. The ws kernel runs
+// in every mode (overlap bits and the batched epilogue, against one oracle run a case; the batched epilogue
+// must give its per-row twin's bits).
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "attnserve/ops/indexer.h"
 #include "cpu/test_indexer_util.h"
@@ -22,18 +26,17 @@ using namespace attnserve::test::indexer_gpu;
 
 namespace {
 
-// Sets the Hopper ragged kernel (Tuning::sm90_ws) and the ws kernel's column span for the indexer calls in
-// its scope (op_tuning).
-struct ForceForm {
-  cuda::indexer::Tuning saved;
-  ForceForm(int sm90_ws, int64_t ws_cols_per_cta) : saved(cuda::indexer::op_tuning()) {
-    cuda::indexer::op_tuning().sm90_ws = sm90_ws;
-    cuda::indexer::op_tuning().ws_cols_per_cta = ws_cols_per_cta;
-  }
-  ~ForceForm() { cuda::indexer::op_tuning() = saved; }
-  ForceForm(const ForceForm&) = delete;
-  ForceForm& operator=(const ForceForm&) = delete;
-};
+// Every mode of the ws kernel (config.h: bits ping-pong, split commit groups, batched epilogue) at the span
+// `span` (0: the plan's).
+std::vector<WsForm> every_ws_mode(int64_t span, int modes = cuda::indexer90::kWsModes) {
+  std::vector<WsForm> f;
+  for (int mode = 0; mode < modes; ++mode) f.push_back({.sm90_ws = 1, .span = span, .mode = mode});
+  return f;
+}
+std::vector<WsForm> operator+(std::vector<WsForm> a, const std::vector<WsForm>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 class IndexerSm90Paged : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
@@ -45,6 +48,22 @@ TEST_P(IndexerSm90Paged, CausalRowsMatchCpu) {
   // last_page_partial (random lengths), a request ending on a stage boundary, one spanning two CTAs.
   run_paged_case({.seqlens = {len(g), 128, len(g), 2100}, .next_n = next_n, .page_size = page_size}, g, -1,
                  Math::fp8_mma);
+}
+
+// Every mode of the ws kernel where it has them (modes 0..7: next_n 2 and 4 with 16-byte keys; the batched
+// epilogue, mode 4, everywhere else), short spans (several CTAs a request) and one long span (the ring wraps),
+// each against the oracle, and the batched epilogue's bits equal to its per-row twin's.
+TEST(IndexerSm90PagedEdge, EveryOverlapMode) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  const std::vector<WsForm> all = every_ws_mode(0) + every_ws_mode(8192);
+  const std::vector<WsForm> epilogues = {{1, 0, 0}, {1, 0, 4}, {1, 8192, 0}, {1, 8192, 4}};
+  run_paged_case({.seqlens = {5000, 129, 2}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma, all);
+  run_paged_case({.seqlens = {4100, 65, 4}, .next_n = 4, .page_size = 64}, g, 3, Math::fp8_mma, all);  // page 3 bad
+  run_paged_case({.seqlens = {3000, 100}, .next_n = 1, .page_size = 64}, g, -1, Math::fp8_mma, epilogues);
+  run_paged_case({.seqlens = {2500, 70}, .next_n = 3, .page_size = 64}, g, -1, Math::fp8_mma, epilogues);
+  run_paged_case({.seqlens = {2000, 90}, .next_n = 4, .page_size = 5}, g, 7, Math::fp8_mma, epilogues);  // 4-byte keys
+  run_paged_case({.seqlens = {1500, 40}, .next_n = 1, .page_size = 1}, g, -1, Math::fp8_mma, epilogues);
 }
 
 INSTANTIATE_TEST_SUITE_P(Indexer, IndexerSm90Paged,
@@ -103,17 +122,14 @@ TEST(IndexerSm90PagedEdge, ShortForcedSpans) {
   run_paged_case({.seqlens = {2049, 700}, .next_n = 4, .page_size = 64}, g, -1, Math::fp8_mma);
 }
 
-// Both Hopper ragged kernels: sm90_ws 0 the session-4 one (the default), 1 the warp-specialized one.
-constexpr int kRaggedForms[] = {0, 1};
+// The Hopper ragged kernels: the session-4 one, the warp-specialized one in each mode (bits: 1 ping-pong,
+// 2 split commit groups, 4 batched epilogue; 0 lockstep).
+const std::vector<WsForm> kRaggedForms = std::vector<WsForm>{{.sm90_ws = 0}} + every_ws_mode(0);
 
 TEST(IndexerSm90Ragged, RandomWindowsMatchCpu) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
-  for (const int ws : kRaggedForms) {
-    SCOPED_TRACE("sm90_ws " + std::to_string(ws));
-    const ForceForm form(ws, 0);
-    run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma);  // 37 rows: a last group of 1 row
-  }
+  run_ragged_case(37, 64, 1500, g, {}, Math::fp8_mma, kRaggedForms);  // 37 rows: a last group of 1 row
 }
 
 // Prefill of two requests packed in one key buffer (causal), an empty window, the whole buffer, the last key.
@@ -126,15 +142,11 @@ TEST(IndexerSm90Ragged, CausalPrefillWindows) {
   w.push_back({5, 5});
   w.push_back({0, 1170});
   w.push_back({1169, 1170});
-  for (const int ws : kRaggedForms) {
-    SCOPED_TRACE("sm90_ws " + std::to_string(ws));
-    const ForceForm form(ws, 0);
-    run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma);
-  }
+  run_ragged_case(int64_t(w.size()), 64, 1170, g, w, Math::fp8_mma, kRaggedForms);
 }
 
 // Causal prefill where a CTA takes a group's whole window (a forced 8192-column span: up to 47 blocks, the
-// ring wraps) and where the windows cross several column blocks (a forced 1024-column span).
+// ring wraps) and where the windows cross several column blocks (a forced 1024-column span), every mode.
 TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
@@ -142,14 +154,11 @@ TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
   for (int t = 0; t < 45; ++t) w.push_back({0, 2950 + t + 1});  // the last 45 rows of a 2995-token prompt
   w.push_back({2990, 2995});                                    // a sliding window's tail
   w.push_back({7, 7});                                          // empty
-  for (const int64_t span : {8192, 1024}) {
-    SCOPED_TRACE("span " + std::to_string(span));
-    const ForceForm form(1, span);
-    run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma);
-  }
+  run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma, every_ws_mode(8192) + every_ws_mode(1024));
 }
 
-// q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply).
+// q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply), in
+// every mode of the ws kernel.
 TEST(IndexerSm90QScale, EqualsWeightsWithTheScaleFoldedIn) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
@@ -173,10 +182,19 @@ TEST(IndexerSm90QScale, EqualsWeightsWithTheScaleFoldedIn) {
                               .q_scale = qs.view};
   IndexerPagedArgs folded = with;
   folded.weights = wq.view, folded.q_scale = {};
-  const HostTensor a = run_paged_gpu(with, logits, nullptr, Math::fp8_mma),
-                   b = run_paged_gpu(folded, logits, nullptr, Math::fp8_mma);
-  EXPECT_EQ(a.bytes, b.bytes);
-  EXPECT_EQ(count_nan(to_doubles(a)), 0);
+  // Every mode of next_n 2 (the q_scale instantiations of each); the batched epilogue gives its per-row twin's bits.
+  std::vector<std::vector<uint8_t>> bits;
+  for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
+    SCOPED_TRACE("ws_mode " + std::to_string(mode));
+    const ForceForm form(-1, 0, mode);
+    const HostTensor a = run_paged_gpu(with, logits, nullptr, Math::fp8_mma),
+                     b = run_paged_gpu(folded, logits, nullptr, Math::fp8_mma);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_EQ(count_nan(to_doubles(a)), 0);
+    bits.push_back(a.bytes);
+    if (mode & cuda::indexer90::kWsBatched)
+      EXPECT_TRUE(a.bytes == bits[size_t(mode & ~cuda::indexer90::kWsBatched)]) << "batched bits differ";
+  }
 }
 
 // The model of the FP8 accumulation is a real bound, not a blank cheque: the Hopper kernel's error is far

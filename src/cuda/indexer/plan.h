@@ -48,6 +48,8 @@ struct Plan {
   int64_t col_blocks = 0;    // CTAs per group: cols_per_cta logit columns each
   int64_t cols_per_cta = 0;  // the kernel's kColsPerCta, or (ws kernel) sized to ~kWsWaves CTAs an SM
   bool key_vec16 = true;     // keys 16-byte aligned (paged: page_size % 4 == 0), else 4-byte loads
+  int ws_mode = 0;           // ws kernel: wgmma / epilogue overlap, bits of sm90/config.h: kWsPingPong and
+                             // kWsSplit (ragged and paged next_n 2, 4 with 16-byte keys), kWsBatched (all)
   int64_t ctas() const { return num_groups * col_blocks; }
 };
 
@@ -63,10 +65,14 @@ struct Targets {
 // (sm90_ws -1 auto or 0: it measured as fast at 8K and faster at 4K, session 6) or the ws one (sm90_ws 1).
 // ws_cols_per_cta > 0 forces the ws kernel's column span (rounded up to 64; tests: long spans wrap the
 // ring on small problems; the bench: spans against the plan's).
+// ws_mode >= 0 forces the ws kernel's overlap mode, its bits where the form has them (-1: the default,
+// sm90/config.h kWsRaggedDefaultMode / kWsPagedDefaultMode; the batched epilogue, bit kWsBatched, is in no
+// default: it is not measured yet).
 struct Tuning {
   int sm90 = -1;
   int sm90_ws = -1;
   int64_t ws_cols_per_cta = 0;
+  int ws_mode = -1;
 };
 // The process-wide Tuning the ops (indexer_ragged / indexer_paged) plan with: tests and benchmarks only
 // (they force one kernel or the other); not thread-safe against concurrent calls.

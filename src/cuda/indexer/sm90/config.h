@@ -45,13 +45,26 @@ constexpr std::size_t smem_bytes(const Shape& s) {
 // (N = 64 * rows: next_n paged, kWsRaggedRows ragged), so one warpgroup's epilogue runs under the other's
 // wgmma. Weights live in registers. One CTA an SM (setmaxnreg); long column spans (the plan sizes them
 // to about kWsWaves CTAs an SM) amortize the prologue.
-constexpr int kWsThreads = 384;      // producer warpgroup + 2 math warpgroups
-constexpr int kWsBlockKeys = 64;     // keys per ring stage (one math warpgroup's wgmma M)
-constexpr int kWsStages = 16;        // ring depth: up to 128 KB of keys in flight per SM (decode)
-constexpr int kWsRaggedRows = 4;     // ragged rows per CTA: N = 256
-constexpr int kWsPageAhead = 8;      // producer: page-id loads this many blocks ahead of the copies
-constexpr int kWsMinCols = 1024;     // shortest column span the plan gives a CTA
-constexpr int kWsWaves = 4;          // CTAs per SM the plan aims for
+constexpr int kWsThreads = 384;   // producer warpgroup + 2 math warpgroups
+constexpr int kWsBlockKeys = 64;  // keys per ring stage (one math warpgroup's wgmma M)
+constexpr int kWsStages = 16;     // ring depth: up to 128 KB of keys in flight per SM (decode)
+constexpr int kWsRaggedRows = 4;  // ragged rows per CTA: N = 256
+constexpr int kWsPageAhead = 8;   // producer: page-id loads this many blocks ahead of the copies
+constexpr int kWsMinCols = 1024;  // shortest column span the plan gives a CTA
+constexpr int kWsWaves = 4;       // CTAs per SM the plan aims for
+// How the math warpgroups overlap wgmma and epilogue (ws_kernel.cuh, its kMode; Plan::ws_mode): bits.
+constexpr int kWsPingPong = 1;  // the two warpgroups issue their blocks' wgmmas strictly in turn
+constexpr int kWsSplit = 2;     // a block's wgmmas in two commit groups (half the rows each); reduce the first
+                                // half while the second runs (rows even: ragged, paged next_n 2 and 4)
+constexpr int kWsBatched = 4;   // the rows of a commit group reduced together (one shuffle / store tail);
+                                // every form of the ws kernel has it (a selectable mode, no default uses it)
+constexpr int kWsModes = 8;     // the modes the launcher instantiates (the plan's ws_mode range): ragged and
+                                // paged next_n 2, 4 with 16-byte keys 0..7, every other paged form 0 and 4
+// The plan's mode unless Tuning::ws_mode forces one (00dd511, H200): ragged ping-pong + split (causal 8K
+// 898.9 us against 922.0 lockstep; GPU oracle tests and racecheck passed on every mode); paged lockstep
+// (next_n 4 gained 2.7 % with mode 3, next_n 2 lost 4 %, and the paged modes have no GPU oracle run yet).
+constexpr int kWsRaggedDefaultMode = kWsPingPong | kWsSplit;
+constexpr int kWsPagedDefaultMode = 0;
 constexpr int kWsProducerRegs = 56;  // setmaxnreg: 128 * 56 + 256 * 224 <= 168 * 384 (the launch's allocation)
 constexpr int kWsMathRegs = 224;
 static_assert(128 * kWsProducerRegs + 256 * kWsMathRegs <= 168 * kWsThreads,

@@ -25,6 +25,19 @@ __device__ __forceinline__ float relu_keep_nan(float x) {
   return y;
 }
 
+// Shared-memory loads by address (ld.shared: a generic pointer into the aligned base would compile to a
+// generic LD through the L1 path).
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
 // Key window [lo, hi) of row t of the group (t < rows of the shape), clamped to the logits width.
 template <bool kPaged, int kRows>
 __device__ __forceinline__ void row_window(const Params& p, int64_t group, int t, int64_t& lo, int64_t& hi) {

@@ -20,9 +20,9 @@ void launch_ragged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
-template <int kRows, bool kPaged, bool kQScale, bool kVec16>
+template <int kRows, bool kPaged, bool kQScale, bool kVec16, int kMode>
 void launch_ws_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  auto* kernel = indexer_ws_kernel<kRows, kPaged, kQScale, kVec16>;
+  auto* kernel = indexer_ws_kernel<kRows, kPaged, kQScale, kVec16, kMode>;
   const std::size_t smem = ws_smem_bytes(kRows);
   static const bool attr_set = [&] {
     ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -33,15 +33,32 @@ void launch_ws_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
-template <int kNextN, bool kQScale>
-void launch_ws_paged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  if (plan.key_vec16) launch_ws_kernel<kNextN, true, kQScale, true>(p, plan, s);
-  else launch_ws_kernel<kNextN, true, kQScale, false>(p, plan, s);
+// The plan's overlap bits (ws_mode & 3: lockstep, ping-pong, split, both) as the kernel's template argument,
+// with the batched epilogue's bit kEpilogue (0 or kWsBatched).
+template <int kRows, bool kPaged, bool kQScale, bool kVec16, int kEpilogue>
+void launch_ws_overlap(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
+  switch (plan.ws_mode & (kWsPingPong | kWsSplit)) {
+    case 0: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, kEpilogue | 0>(p, plan, s); break;
+    case 1: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, kEpilogue | 1>(p, plan, s); break;
+    case 2: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, kEpilogue | 2>(p, plan, s); break;
+    case 3: launch_ws_kernel<kRows, kPaged, kQScale, kVec16, kEpilogue | 3>(p, plan, s); break;
+  }
 }
 
-template <bool kQScale>
+// kBatched: the plan's ws_mode has kWsBatched (launchers.h; the batched and the per-row epilogues are
+// instantiated in separate files). Paged: the overlap bits for next_n 2 and 4 with 16-byte key copies (the
+// compute-heavy forms); lockstep otherwise.
+template <int kNextN, bool kQScale, bool kBatched>
+void launch_ws_paged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
+  constexpr int kEpilogue = kBatched ? kWsBatched : 0;
+  if (!plan.key_vec16) launch_ws_kernel<kNextN, true, kQScale, false, kEpilogue>(p, plan, s);
+  else if constexpr (kNextN == 2 || kNextN == 4) launch_ws_overlap<kNextN, true, kQScale, true, kEpilogue>(p, plan, s);
+  else launch_ws_kernel<kNextN, true, kQScale, true, kEpilogue>(p, plan, s);
+}
+
+template <bool kQScale, bool kBatched>
 void launch_ws_ragged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
-  launch_ws_kernel<kWsRaggedRows, false, kQScale, true>(p, plan, s);
+  launch_ws_overlap<kWsRaggedRows, false, kQScale, true, kBatched ? kWsBatched : 0>(p, plan, s);
 }
 
 }  // namespace attnserve::cuda::indexer90

@@ -12,10 +12,11 @@ namespace attnserve::cuda::indexer90 {
 template <bool kQScale>
 void launch_ragged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
 // The warp-specialized kernel (ws_kernel.cuh): paged next_n kNextN (1..4; 16-byte key copies when
-// plan.key_vec16, else 4-byte ones), and ragged.
-template <int kNextN, bool kQScale>
+// plan.key_vec16, else 4-byte ones), and ragged, in the plan's ws_mode; kBatched: its bit kWsBatched
+// (config.h) is set (the batched epilogue: instantiations/*_batched.cu).
+template <int kNextN, bool kQScale, bool kBatched>
 void launch_ws_paged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
-template <bool kQScale>
+template <bool kQScale, bool kBatched>
 void launch_ws_ragged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
 
 }  // namespace attnserve::cuda::indexer90

@@ -35,11 +35,26 @@
 
 namespace attnserve::cuda::indexer90 {
 
-template <int kRows, bool kPaged, bool kQScale, bool kVec16>
+// kMode (config.h, WsMode): how the math warpgroups overlap their wgmmas with their epilogues.
+//  bit 0, ping-pong: the two warpgroups issue their wgmmas strictly in turn (named barriers 1 and 2: a
+//    warpgroup issues block i only after the other issued block i - 1), so the tensor cores run one
+//    warpgroup's block while the other reduces, instead of both blocks at once and then both epilogues.
+//  bit 1, split (kRows even): the wgmmas of a block go in two commit groups of kRows / 2 rows each (N / 2);
+//    the warpgroup reduces the first half's rows while the second half's wgmmas still run (wait_group 1).
+//  bit 2, batched epilogue: the rows of a commit group are reduced together — all their FMA chains, then all
+//    their quad shuffles, then their stores — instead of one row after the other (each row's shuffle and
+//    store latency then hides under the next row's work); the rows' windows live in registers and the key
+//    scale / flag are read with ld.shared. The same arithmetic per row: the same bits as without it.
+template <int kRows, bool kPaged, bool kQScale, bool kVec16, int kMode>
 __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   constexpr int kS = kWsStages, kB = kWsBlockKeys;
-  constexpr int kN = kHeads * kRows;  // wgmma N: (row, head) columns
+  constexpr bool kPingPong = (kMode & kWsPingPong) != 0;
+  constexpr bool kSplit = (kMode & kWsSplit) != 0 && kRows % 2 == 0;
+  constexpr bool kBatched = (kMode & kWsBatched) != 0;
+  constexpr int kBanks = kSplit ? 2 : 1;      // commit groups of a block
+  constexpr int kBankRows = kRows / kBanks;   // rows a bank scores
+  constexpr int kBankN = kHeads * kBankRows;  // its wgmma N
   constexpr float kNegInf = -INFINITY;
 
   char* smem = smem_base();
@@ -197,7 +212,73 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
   const uint32_t b_base = ptx::smem_addr(sQ);
   const int key_l = warp * 16 + g;  // this thread's keys in a block: key_l, key_l + 8
   const int my_key = key_l + 8 * (q4 & 1);
-  float acc[kN / 2];
+  float acc[kBanks][kBankN / 2];  // acc[b][32 t' + 4 j + e]: row b * kBankRows + t'
+  constexpr int kBarOf0 = 1;      // named barrier "warpgroup w may issue": kBarOf0 + w
+  if constexpr (kPingPong)
+    if (w == 1) sm90::named_arrive(kBarOf0, 256);  // warpgroup 0 issues block 0 first
+
+  // Reduces row t of the block from its bank's accumulators: relu * w over the thread's 16 heads, the quad
+  // sum, the key scale and the mask; lanes q4 0 and 1 store.
+  auto reduce_row = [&](int t, const float* accb, int col, bool writer, bool my_ok, float my_scale) {
+    // accb[32 (t % kBankRows) + 4 j + e]: key key_l + 8 (e / 2), row t, head 8 j + 2 q4 + e % 2.
+    float s0a = 0.f, s0b = 0.f, s1a = 0.f, s1b = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float* a = accb + 32 * (t % kBankRows) + 4 * j;
+      s0a = fmaf(relu_keep_nan(a[0]), wr[t][2 * j], s0a);
+      s0b = fmaf(relu_keep_nan(a[1]), wr[t][2 * j + 1], s0b);
+      s1a = fmaf(relu_keep_nan(a[2]), wr[t][2 * j], s1a);
+      s1b = fmaf(relu_keep_nan(a[3]), wr[t][2 * j + 1], s1b);
+    }
+    const float v0 = s0a + s0b, v1 = s1a + s1b;  // keys key_l, key_l + 8: this thread's 16 heads
+    // Even lanes of the quad keep key key_l, odd ones key_l + 8: swap the other half with the neighbour,
+    // then add the other pair's.
+    float v = (q4 & 1) ? v1 : v0;
+    v += __shfl_xor_sync(ptx::kFullMask, (q4 & 1) ? v0 : v1, 1);
+    v += __shfl_xor_sync(ptx::kFullMask, v, 2);
+    const int64_t row = row0 + t;
+    if (writer && row < p.rows) {
+      const bool visible = my_ok && col >= sWin[2 * t] && col < sWin[2 * t + 1];
+      p.logits[row * p.logit_row_stride + int64_t(col) * p.logit_col_stride] = visible ? v * my_scale : kNegInf;
+    }
+  };
+
+  // The batched form (kBatched) of reduce_row over the rows of bank b (accb: its accumulators).
+  int win_lo[kRows], win_hi[kRows];  // the rows' windows [lo, hi)
+#pragma unroll
+  for (int t = 0; t < kRows; ++t) win_lo[t] = sWin[2 * t], win_hi[t] = sWin[2 * t + 1];
+  const int rows_here = int(min(int64_t(kRows), p.rows - row0));  // rows of the group inside the batch
+  float* const out_base = p.logits + row0 * p.logit_row_stride;
+  auto reduce_bank = [&](int b, const float* accb, int col, bool writer, bool my_ok, float my_scale) {
+    float v[kBankRows], other[kBankRows];
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) {
+      const int t = b * kBankRows + tt;
+      float s0a = 0.f, s0b = 0.f, s1a = 0.f, s1b = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float* a = accb + 32 * tt + 4 * j;
+        s0a = fmaf(relu_keep_nan(a[0]), wr[t][2 * j], s0a);
+        s0b = fmaf(relu_keep_nan(a[1]), wr[t][2 * j + 1], s0b);
+        s1a = fmaf(relu_keep_nan(a[2]), wr[t][2 * j], s1a);
+        s1b = fmaf(relu_keep_nan(a[3]), wr[t][2 * j + 1], s1b);
+      }
+      const float v0 = s0a + s0b, v1 = s1a + s1b;
+      v[tt] = (q4 & 1) ? v1 : v0;
+      other[tt] = (q4 & 1) ? v0 : v1;
+    }
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, other[tt], 1);
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, v[tt], 2);
+    float* const out = out_base + int64_t(col) * p.logit_col_stride;
+#pragma unroll
+    for (int tt = 0; tt < kBankRows; ++tt) {
+      const int t = b * kBankRows + tt;
+      const bool visible = my_ok && col >= win_lo[t] && col < win_hi[t];
+      if (writer && t < rows_here) out[int64_t(t) * p.logit_row_stride] = visible ? v[tt] * my_scale : kNegInf;
+    }
+  };
 
 #pragma unroll 1
   for (int i = w; i < n; i += 2) {
@@ -205,44 +286,48 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
     sm90::mbar_wait(full(slot), (i / kS) & 1);
     sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
     const uint32_t a_base = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
+    if constexpr (kPingPong) sm90::named_sync(kBarOf0 + w, 256);  // the other warpgroup issued block i - 1
     sm90::wg_fence();
 #pragma unroll
-    for (int k = 0; k < kDim / 32; ++k)
-      sm90::WgmmaFp8<kN>::ss(acc, sm90::desc_kmajor(a_base + 32 * k), sm90::desc_kmajor(b_base + 32 * k), k);
-    sm90::wg_commit();
+    for (int b = 0; b < kBanks; ++b) {
+      const uint32_t bank_base = b_base + uint32_t(b * kBankN * kDim);  // q rows (smem rows) of bank b
+#pragma unroll
+      for (int k = 0; k < kDim / 32; ++k)
+        sm90::WgmmaFp8<kBankN>::ss(acc[b], sm90::desc_kmajor(a_base + 32 * k), sm90::desc_kmajor(bank_base + 32 * k),
+                                   k);
+      sm90::wg_commit();
+    }
+    if constexpr (kPingPong)
+      if (i + 1 < n) sm90::named_arrive(kBarOf0 + (1 - w), 256);  // the other warpgroup may issue block i + 1
     // The key this lane writes (lanes q4 0 and 1 of a quad: keys key_l and key_l + 8), read while the wgmmas run.
-    const float my_scale = sScale[slot * kB + my_key];
-    const bool my_ok = sOk[slot * kB + my_key] != 0;
-    sm90::wg_wait<0>();
-    sm90::fence_regs(acc);
-    sm90::mbar_arrive(empty(slot));  // the stage's keys are read: the producer may refill it
-
+    float my_scale;
+    bool my_ok;
+    if constexpr (kBatched) {
+      my_scale = lds_f32(ptx::smem_addr(sScale + slot * kB + my_key));
+      my_ok = lds_u8(ptx::smem_addr(sOk + slot * kB + my_key)) != 0;
+    } else {
+      my_scale = sScale[slot * kB + my_key];
+      my_ok = sOk[slot * kB + my_key] != 0;
+    }
     const int col = int(cfirst) + i * kB + my_key;
     const bool writer = q4 < 2 && col < c1;
+    auto reduce = [&](int b) {
+      if constexpr (kBatched) {
+        reduce_bank(b, acc[b], col, writer, my_ok, my_scale);
+      } else {
 #pragma unroll
-    for (int t = 0; t < kRows; ++t) {
-      // acc[32 t + 4 j + e]: key key_l + 8 (e / 2), row t, head 8 j + 2 q4 + e % 2.
-      float s0a = 0.f, s0b = 0.f, s1a = 0.f, s1b = 0.f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float* a = acc + 32 * t + 4 * j;
-        s0a = fmaf(relu_keep_nan(a[0]), wr[t][2 * j], s0a);
-        s0b = fmaf(relu_keep_nan(a[1]), wr[t][2 * j + 1], s0b);
-        s1a = fmaf(relu_keep_nan(a[2]), wr[t][2 * j], s1a);
-        s1b = fmaf(relu_keep_nan(a[3]), wr[t][2 * j + 1], s1b);
+        for (int t = b * kBankRows; t < (b + 1) * kBankRows; ++t) reduce_row(t, acc[b], col, writer, my_ok, my_scale);
       }
-      const float v0 = s0a + s0b, v1 = s1a + s1b;  // keys key_l, key_l + 8: this thread's 16 heads
-      // Even lanes of the quad keep key key_l, odd ones key_l + 8: swap the other half with the neighbour,
-      // then add the other pair's.
-      float v = (q4 & 1) ? v1 : v0;
-      v += __shfl_xor_sync(ptx::kFullMask, (q4 & 1) ? v0 : v1, 1);
-      v += __shfl_xor_sync(ptx::kFullMask, v, 2);
-      const int64_t row = row0 + t;
-      if (writer && row < p.rows) {
-        const bool visible = my_ok && col >= sWin[2 * t] && col < sWin[2 * t + 1];
-        p.logits[row * p.logit_row_stride + int64_t(col) * p.logit_col_stride] = visible ? v * my_scale : kNegInf;
-      }
+    };
+    if constexpr (kSplit) {
+      sm90::wg_wait<1>();  // bank 0 done, bank 1 still running
+      sm90::fence_regs(acc[0]);
+      reduce(0);
     }
+    sm90::wg_wait<0>();
+    sm90::fence_regs(acc[kBanks - 1]);
+    sm90::mbar_arrive(empty(slot));  // the stage's keys are read: the producer may refill it
+    reduce(kBanks - 1);
   }
 #endif
 }

@@ -1,7 +1,8 @@
-// The Hopper indexer, paged next_n 4 (the ws kernel; 16- and 4-byte key copies, with and without q_scale).
+// The Hopper indexer, paged next_n 4 (the ws kernel, 4 overlap modes with 16-byte keys, per-row epilogue; 16- and
+// 4-byte key copies, with and without q_scale; the batched epilogue: paged_n4_batched.cu).
 #include "cuda/indexer/sm90/launch_shape.cuh"
 
 namespace attnserve::cuda::indexer90 {
-template void launch_ws_paged<4, false>(const Params&, const indexer::Plan&, cudaStream_t);
-template void launch_ws_paged<4, true>(const Params&, const indexer::Plan&, cudaStream_t);
+template void launch_ws_paged<4, false, false>(const Params&, const indexer::Plan&, cudaStream_t);
+template void launch_ws_paged<4, true, false>(const Params&, const indexer::Plan&, cudaStream_t);
 }  // namespace attnserve::cuda::indexer90
