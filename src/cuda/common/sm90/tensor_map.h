@@ -10,11 +10,8 @@
 
 namespace attnserve::cuda::sm90 {
 
-// [rows][cols] elements of `type` at `base`, `row_bytes` apart; boxes of box_cols x box_rows elements.
-// False where the driver refuses it (e.g. base or row_bytes not 16-byte aligned) or has no entry point.
-inline bool encode_tensor_map_2d(CUtensorMap& map, const void* base, CUtensorMapDataType type, uint64_t cols,
-                                 uint64_t rows, uint64_t row_bytes, uint32_t box_cols, uint32_t box_rows,
-                                 CUtensorMapSwizzle swizzle) {
+// The driver's cuTensorMapEncodeTiled, or null where the driver has no such entry point.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -23,6 +20,15 @@ inline bool encode_tensor_map_2d(CUtensorMap& map, const void* base, CUtensorMap
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+// [rows][cols] elements of `type` at `base`, `row_bytes` apart; boxes of box_cols x box_rows elements.
+// False where the driver refuses it (e.g. base or row_bytes not 16-byte aligned) or has no entry point.
+inline bool encode_tensor_map_2d(CUtensorMap& map, const void* base, CUtensorMapDataType type, uint64_t cols,
+                                 uint64_t rows, uint64_t row_bytes, uint32_t box_cols, uint32_t box_rows,
+                                 CUtensorMapSwizzle swizzle) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (!encode || reinterpret_cast<uintptr_t>(base) % 16 != 0 || row_bytes % 16 != 0) return false;
   const cuuint64_t dims[2] = {cols, rows};
   const cuuint64_t strides[1] = {row_bytes};
