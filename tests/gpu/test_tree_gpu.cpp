@@ -171,12 +171,8 @@ TEST(TreeGpu, BackendVerifyMatchesCpuBackend) {
       BackendPair p(s, c, mla ? &latent : nullptr);
       const auto parents = s.random_parents(g);
       const BatchSpec b = s.verify_batch(parents);
-      BatchSpec gb = b;
-      gb.req_to_token = p.dtable.view;
       const HostTensor q = bf16_random({int64_t(s.bs) * n, s.h_q, s.d}, g, 2.0);
-      const auto ref_cpu = forward_host(p.cpu, b, q, s.h_q, s.dv);
-      const auto out_gpu = forward_device(p.gpu, gb, q, s.h_q, s.dv);
-      EXPECT_LT(rel_l2(out_gpu, ref_cpu), 3 * unit_roundoff(DType::bf16));
+      EXPECT_LT(gpu_vs_cpu(p, b, q), 3 * unit_roundoff(DType::bf16));
     }
 }
 
@@ -195,11 +191,8 @@ TEST(TreeGpu, BackendDraftDecodeMatchesCpuBackend) {
     b.seq_lens = s.seq_lens;
     b.req_pool_indices = s.pool_rows;
     b.draft_slots = draft;
-    BatchSpec gb = b;
-    gb.req_to_token = p.dtable.view;
     const HostTensor q = bf16_random({int64_t(s.bs) * topk, s.h_q, s.d}, g, 2.0);
-    EXPECT_LT(rel_l2(forward_device(p.gpu, gb, q, s.h_q, s.dv), forward_host(p.cpu, b, q, s.h_q, s.dv)),
-              3 * unit_roundoff(DType::bf16));
+    EXPECT_LT(gpu_vs_cpu(p, b, q), 3 * unit_roundoff(DType::bf16));
   }
 }
 
@@ -216,11 +209,8 @@ TEST(TreeGpu, BackendVerifyMatchesCpuBackendAtHopperKernelShapes) {
   BackendPair p(s, s.backend_config({.draft_token_num = n, .topk = 8}), nullptr);
   const auto parents = s.random_parents(g);
   const BatchSpec b = s.verify_batch(parents);
-  BatchSpec gb = b;
-  gb.req_to_token = p.dtable.view;
   const HostTensor q = bf16_random({int64_t(bs) * n, s.h_q, s.d}, g, 2.0);
-  EXPECT_LT(rel_l2(forward_device(p.gpu, gb, q, s.h_q, s.dv), forward_host(p.cpu, b, q, s.h_q, s.dv)),
-            3 * unit_roundoff(DType::bf16));
+  EXPECT_LT(gpu_vs_cpu(p, b, q), 3 * unit_roundoff(DType::bf16));
 }
 
 // ---- CUDA graphs ---------------------------------------------------------------------------------------

@@ -64,4 +64,13 @@ inline std::vector<double> forward_device(DenseBackend& be, const BatchSpec& b, 
   return to_doubles(dout.download(like));
 }
 
+// rel_l2 of the CUDA backend's output against the CPU backend's for batch b (the CUDA one reads the device
+// copy of the table) and q [rows, h_q, d].
+inline double gpu_vs_cpu(BackendPair& p, const BatchSpec& b, const HostTensor& q) {
+  BatchSpec gb = b;
+  gb.req_to_token = p.dtable.view;
+  const auto ref_cpu = forward_host(p.cpu, b, q, p.s.h_q, p.s.dv);
+  return rel_l2(forward_device(p.gpu, gb, q, p.s.h_q, p.s.dv), ref_cpu);
+}
+
 }  // namespace attnserve::test

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "config.h"
+#include "cuda/common/check.cuh"
 #include "cuda/common/masking.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/sm90/sync.cuh"
@@ -490,6 +491,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
     pv_role(p, b, sm, warp, lane);
   }
 #endif
+}
+
+// Launches one instantiation (the host side of mla90_bf16.cu / mla90_fp8.cu, each instantiating its fills);
+// the dynamic shared-memory limit is set once per instantiation.
+template <Fill kFill>
+void launch_fill(const mla::Params& p, const KvMaps& maps, const dim3& grid, cudaStream_t stream) {
+  static const bool configured = [] {
+    ATTNSERVE_CUDA_CHECK(
+        cudaFuncSetAttribute(mla_sm90_kernel<kFill>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
+    return true;
+  }();
+  (void)configured;
+  mla_sm90_kernel<kFill><<<grid, kThreads, smem_bytes(), stream>>>(p, maps);
 }
 
 }  // namespace attnserve::cuda::mla90

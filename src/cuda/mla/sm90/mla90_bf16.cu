@@ -10,17 +10,6 @@ namespace attnserve::cuda::mla90 {
 
 namespace {
 
-template <Fill kFill>
-void launch_fill(const mla::Params& p, const KvMaps& maps, const dim3& grid, cudaStream_t stream) {
-  static const bool configured = [] {  // once per instantiation: the dynamic shared-memory limit
-    ATTNSERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(mla_sm90_kernel<kFill>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
-    return true;
-  }();
-  (void)configured;
-  mla_sm90_kernel<kFill><<<grid, kThreads, smem_bytes(), stream>>>(p, maps);
-}
-
 // The TMA producer's tensor map of the cache: [num_pages * page_size rows][576] bf16 with the slot
 // stride, 64 x 64 boxes, 128-byte swizzle; false where TMA cannot take it (page size not a multiple of
 // 64, a slot stride or base address not 16-byte aligned, no driver entry point).

@@ -11,17 +11,6 @@ namespace attnserve::cuda::mla90 {
 
 namespace {
 
-template <Fill kFill>
-void launch_fill(const mla::Params& p, const KvMaps& maps, const dim3& grid, cudaStream_t stream) {
-  static const bool configured = [] {  // once per instantiation: the dynamic shared-memory limit
-    ATTNSERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(mla_sm90_kernel<kFill>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
-    return true;
-  }();
-  (void)configured;
-  mla_sm90_kernel<kFill><<<grid, kThreads, smem_bytes(), stream>>>(p, maps);
-}
-
 // The FP8 TMA producer's three maps of the cache as [num_pages * page_size][656] bytes (produce_fp8_tma): latent
 // boxes of 64 bytes x 64 keys, scale boxes of 16 x 64, rope boxes of 128 x 64 with 128-byte swizzle.
 bool fp8_tensor_maps(const mla::Params& p, KvMaps& maps) {
