@@ -3,8 +3,8 @@
 // same-run figures (shared/ANCHORS.md, N(0, 1) scores) are in the notes of each case. Cases without a
 // tag run the plan's choice; " [global]" forces the multi-pass kernel, " [N threads]" the CTA size,
 // " [cluster N]" N CTAs per row (1: none), " [direct emit]" the sampled kernel's unstaged output stores,
-// " [mask emit]" its emit with the count pass's masks kept (topk_op::Emit::kept_masks), for A/Bs in one
-// process.
+// " [mask emit]" / " [recount emit]" its emit forced to keep the count pass's masks (topk_op::Emit::kept_masks,
+// the default) or to recount, for A/Bs in one process.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -98,7 +98,8 @@ void bench_empty_launch() {
 
 void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer,
                 Fill fill = Fill::uniform, cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0,
-                bool host_too = false, int threads = 0, int cluster = 0, bool direct = false, bool masks = false) {
+                bool host_too = false, int threads = 0, int cluster = 0, bool direct = false,
+                cuda::TopkEmit emit = cuda::TopkEmit::automatic) {
   const std::string name = "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " +
                            std::to_string(rows) + " rows" + (transform == TopkTransform::decode ? " +decode" : "") +
                            (fill == Fill::normal   ? " normal"
@@ -108,14 +109,17 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
                            (host_too ? " [host+device]" : "") +
                            (threads ? " [" + std::to_string(threads) + " threads]" : std::string()) +
                            (cluster ? " [cluster " + std::to_string(cluster) + "]" : std::string()) +
-                           (direct ? " [direct emit]" : "") + (masks ? " [mask emit]" : "");
+                           (direct ? " [direct emit]" : "") +
+                           (emit == cuda::TopkEmit::kept_masks ? " [mask emit]"
+                            : emit == cuda::TopkEmit::recount  ? " [recount emit]"
+                                                               : "");
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
   cuda::set_topk_threads(threads);
   cuda::set_topk_cluster(cluster);
   cuda::set_topk_direct_emit(direct);
-  cuda::set_topk_mask_emit(masks);
+  cuda::set_topk_emit(emit);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -150,7 +154,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_threads(0);
   cuda::set_topk_cluster(0);
   cuda::set_topk_direct_emit(false);
-  cuda::set_topk_mask_emit(false);
+  cuda::set_topk_emit(cuda::TopkEmit::automatic);
 }
 
 }  // namespace
@@ -189,13 +193,13 @@ int main(int argc, char** argv) try {
     bench_case(1, 4 << 10, 2048, none, "emit A/B", normal, P::automatic, 0, false, 0, 0, direct);
     bench_case(128, 16 << 10, 2048, none, "emit A/B", normal, P::automatic, 0, false, 0, 0, direct);
   }
-  // The emit's selection, adjacent rows per shape: the recount (the default) against the count pass's masks
-  // kept in a register (not yet the default; bench/NOTES.md, session 6).
+  // The emit's selection, adjacent rows per shape: the recount against the count pass's masks kept in a
+  // register (the default since 610e825; bench/NOTES.md, sessions 6 and 7).
   for (const Fill fill : {normal, Fill::ties16})
     for (const int64_t rows : {8192, 128, 1})
-      for (const bool masks : {false, true}) {
+      for (const auto emit : {cuda::TopkEmit::recount, cuda::TopkEmit::kept_masks}) {
         const int64_t width = rows == 128 ? 64 << 10 : 4 << 10;
-        bench_case(rows, width, 2048, none, "mask emit A/B", fill, P::automatic, 0, false, 0, 0, false, masks);
+        bench_case(rows, width, 2048, none, "mask emit A/B", fill, P::automatic, 0, false, 0, 0, false, emit);
       }
   // CTAs per row (a cluster, sm_90): 1 (one CTA per row) against 2, 4, 8.
   for (const int cluster : {1, 2, 4, 8}) {

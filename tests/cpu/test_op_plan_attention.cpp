@@ -142,18 +142,23 @@ TEST(OpPlanAttention, TuningForcesKernelsAndTiles) {
 }
 
 // The TMA K/V loader (Plan::sm90_tma): only the producer kernels, only pages of a multiple of 16, and
-// on request only (plan.cpp kTmaAuto: off until the whole GPU suite has run on it).
+// by default where it measured faster (d 128 on pages of a multiple of 64, d 64 on any page it takes).
 TEST(OpPlanAttention, TmaLoaderOnlyForProducerKernelsOnPagesOf16) {
   using cuda::attn::Tuning;
-  auto plan = [](const Tuning& t, int64_t page = 16) {
-    Problem p = problem(1, 4096, 4096);
+  auto plan = [](const Tuning& t, int64_t page = 16, int d = 128, int d_v = 0) {
+    Problem p = problem(1, 4096, 4096, d, DType::bf16, d_v);
     p.page_size = page;
     p.max_pages = (4096 + page - 1) / page;
     return cuda::attn::make_plan(p, kH200, t, kWithSm90);
   };
-  EXPECT_FALSE(plan({}).sm90_tma) << "page 16: cp.async by default";
-  EXPECT_FALSE(plan({}, 64).sm90_tma) << "opt-in until the GPU suite has run on it (plan.cpp kTmaAuto)";
-  EXPECT_FALSE(plan({}, 128).sm90_tma);
+  EXPECT_FALSE(plan({}).sm90_tma) << "d 128 page 16: cp.async by default";
+  EXPECT_FALSE(plan({}, 32).sm90_tma);
+  EXPECT_TRUE(plan({}, 64).sm90_tma) << "d 128 page 64: TMA by default";
+  EXPECT_TRUE(plan({}, 128).sm90_tma);
+  EXPECT_TRUE(plan({}, 16, 64).sm90_tma) << "d 64: TMA by default on every page it takes";
+  EXPECT_FALSE(plan({}, 8, 64).sm90_tma);
+  EXPECT_FALSE(plan({}, 64, 192, 128).sm90_tma) << "d 192/128: cp.async";
+  EXPECT_FALSE(plan({}, 64, 256).sm90_tma) << "d 256: cp.async";
   EXPECT_TRUE(plan({.sm90_tma = 1}, 64).sm90_tma);
   EXPECT_FALSE(plan({.sm90_tma = 0}, 64).sm90_tma);
   EXPECT_FALSE(plan({.sm90 = 1}, 64).sm90_tma) << "kCoop has no producer";

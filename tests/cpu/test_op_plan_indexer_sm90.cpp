@@ -84,39 +84,40 @@ TEST(OpPlanIndexerSm90, WsColumnSpans) {
 }
 
 TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {
-  // The session-4 kernel by default (auto or sm90_ws 0), the ws one when asked.
-  const auto plan = make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, {}, kSm90a);
-  EXPECT_EQ(plan.kernel, Kernel::sm90_ragged);
-  EXPECT_EQ(plan.rows_per_group, cuda::indexer90::kRaggedRows);
-  EXPECT_EQ(plan.num_groups, 3);
-  EXPECT_EQ(plan.col_blocks, 1);
-  EXPECT_EQ(plan.cols_per_cta, cuda::indexer90::kColsPerCta);
-  EXPECT_EQ(make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200, {}, kSm90a).kernel,
+  // The ws kernel by default (auto or sm90_ws 1), the session-4 one when asked (sm90_ws 0).
+  const auto s4 = make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, Tuning{.sm90_ws = 0}, kSm90a);
+  EXPECT_EQ(s4.kernel, Kernel::sm90_ragged);
+  EXPECT_EQ(s4.rows_per_group, cuda::indexer90::kRaggedRows);
+  EXPECT_EQ(s4.num_groups, 3);
+  EXPECT_EQ(s4.col_blocks, 1);
+  EXPECT_EQ(s4.cols_per_cta, cuda::indexer90::kColsPerCta);
+  EXPECT_EQ(make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200, Tuning{.sm90_ws = 0}, kSm90a)
+                .kernel,
             Kernel::sm90_ragged_q_scale);
-  EXPECT_EQ(make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, Tuning{.sm90_ws = 0}, kSm90a).kernel,
-            Kernel::sm90_ragged);
-  const Tuning ws{.sm90_ws = 1};
-  const auto wsp = make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, ws, kSm90a);
-  EXPECT_EQ(wsp.kernel, Kernel::sm90ws_ragged);
-  EXPECT_EQ(wsp.rows_per_group, cuda::indexer90::kWsRaggedRows);
-  EXPECT_EQ(wsp.num_groups, 3);
-  EXPECT_EQ(wsp.col_blocks, 1);
-  EXPECT_EQ(make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200, ws, kSm90a).kernel,
-            Kernel::sm90ws_ragged_q_scale);
+  for (const Tuning ws : {Tuning{}, Tuning{.sm90_ws = 1}}) {
+    const auto wsp = make_plan({.rows = 9, .heads = 64, .num_cols = 1000}, kH200, ws, kSm90a);
+    EXPECT_EQ(wsp.kernel, Kernel::sm90ws_ragged);
+    EXPECT_EQ(wsp.rows_per_group, cuda::indexer90::kWsRaggedRows);
+    EXPECT_EQ(wsp.num_groups, 3);
+    EXPECT_EQ(wsp.col_blocks, 1);
+    EXPECT_EQ(make_plan({.rows = 9, .heads = 64, .num_cols = 1000, .q_scale = true}, kH200, ws, kSm90a).kernel,
+              Kernel::sm90ws_ragged_q_scale);
+  }
 }
 
 // The ws kernel's mode: the default, or the forced one, where it has modes: the overlap bits (ping-pong, split)
 // ragged and paged next_n 2 and 4 with 16-byte keys, the batched epilogue's bit every form of the ws kernel;
-// the other bits dropped. No default has the batched epilogue (not measured yet).
+// the other bits dropped. Both defaults have the batched epilogue (ragged with the split commit groups).
 TEST(OpPlanIndexerSm90, WsModeOnlyWhereTheKernelHasIt) {
   using cuda::indexer90::kWsBatched;
   const Problem ragged{.rows = 9, .heads = 64, .num_cols = 1000};
   EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1}, kSm90a).ws_mode, cuda::indexer90::kWsRaggedDefaultMode);
-  EXPECT_EQ(cuda::indexer90::kWsRaggedDefaultMode, cuda::indexer90::kWsPingPong | cuda::indexer90::kWsSplit);
-  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode, 0);
+  EXPECT_EQ(make_plan(ragged, kH200, {}, kSm90a).ws_mode, cuda::indexer90::kWsRaggedDefaultMode);
+  EXPECT_EQ(cuda::indexer90::kWsRaggedDefaultMode, kWsBatched | cuda::indexer90::kWsSplit);
+  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode, kWsBatched);
   for (int next_n = 1; next_n <= 4; ++next_n) {
-    EXPECT_EQ(make_plan(paged(next_n), kH200, {}, kSm90a).ws_mode, cuda::indexer90::kWsPagedDefaultMode);
-    EXPECT_EQ(make_plan(paged(next_n, 5), kH200, {}, kSm90a).ws_mode, 0);
+    EXPECT_EQ(make_plan(paged(next_n), kH200, {}, kSm90a).ws_mode, kWsBatched);
+    EXPECT_EQ(make_plan(paged(next_n, 5), kH200, {}, kSm90a).ws_mode, kWsBatched);  // the bit every form has
   }
   EXPECT_EQ(cuda::indexer90::kWsModes, 8);
   for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {

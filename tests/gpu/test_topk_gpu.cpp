@@ -34,7 +34,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 struct KernelChoice {
   cuda::TopkPath path;
   int cluster;         // CTAs per row (cuda::set_topk_cluster; 0: the plan's)
-  bool masks = false;  // the sampled kernel's kept-masks emit (cuda::set_topk_mask_emit)
+  bool masks = false;  // the sampled kernel's emit: kept masks (true) or the recount (cuda::set_topk_emit)
   const char* name;
 };
 std::vector<KernelChoice> g_paths = {
@@ -53,11 +53,11 @@ void for_each_path(const std::function<void()>& fn) {
     SCOPED_TRACE(std::string("kernel ") + c.name);
     cuda::set_topk_path(c.path);
     cuda::set_topk_cluster(c.cluster);
-    cuda::set_topk_mask_emit(c.masks);
+    cuda::set_topk_emit(c.masks ? cuda::TopkEmit::kept_masks : cuda::TopkEmit::recount);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
-    cuda::set_topk_mask_emit(false);
+    cuda::set_topk_emit(cuda::TopkEmit::automatic);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -335,10 +335,12 @@ struct ForcePath {
   std::vector<KernelChoice> saved;
 };
 
-// The sampled kernel's emit for one scope (the recount after it, also when an ASSERT leaves the test).
+// The sampled kernel's emit for one scope (the plan's after it, also when an ASSERT leaves the test).
 struct ForceMaskEmit {
-  explicit ForceMaskEmit(bool masks) { cuda::set_topk_mask_emit(masks); }
-  ~ForceMaskEmit() { cuda::set_topk_mask_emit(false); }
+  explicit ForceMaskEmit(bool masks) {
+    cuda::set_topk_emit(masks ? cuda::TopkEmit::kept_masks : cuda::TopkEmit::recount);
+  }
+  ~ForceMaskEmit() { cuda::set_topk_emit(cuda::TopkEmit::automatic); }
 };
 
 }  // namespace

@@ -191,13 +191,11 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     c.m_blocks = ceil_div(rows_max, attn90::kRows);
     c.smem = attn90::smem_bytes(d, p.d_v, variant);
     c.ctas_per_sm = 1;
-    // TMA K/V tiles (bench/NOTES.md "Session 6: Hopper prefill by TMA"): measured faster at d 128 on
-    // pages of a multiple of 64 (+20 % at page 64) and at d 64 page 16 (+11 %); on pages of 16 at d >= 128
-    // its 2 KB boxes were slower than the cp.async gather (-5 to -29 %). Opt-in (Tuning::sm90_tma 1) until
-    // the whole GPU suite has passed on it: only one GPU test (d 128, page 64) ran on it before the device
-    // was gone; then kTmaAuto turns it on where it measured faster.
-    constexpr bool kTmaAuto = false;
-    const bool tma_auto = kTmaAuto && d == 128 && p.d_v == 128 && p.page_size % 64 == 0;
+    // TMA K/V tiles where they measured faster (bench/NOTES.md "Session 6: Hopper prefill by TMA" and
+    // session 7, 610e825 b1 x 8K: d 128 page 64 623 TFLOP/s against cp.async's 526, d 64 page 16 370 against
+    // 325); on pages of 16 at d >= 128 its 2 KB boxes are slower than the cp.async gather (d 128 511 vs 564,
+    // d 192/128 481 vs 547, d 256 437 vs 600). The whole GPU suite passed on both loaders (610e825).
+    const bool tma_auto = (d == 128 && p.d_v == 128 && p.page_size % 64 == 0) || (d == 64 && p.d_v == 64);
     c.sm90_tma = attn90::is_ws(variant) && attn90::tma_applies(p.page_size) &&
                  (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && tma_auto));
   }

@@ -99,7 +99,7 @@ Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tun
     const bool overlap = !p.paged || ((p.next_n == 2 || p.next_n == 4) && p.page_size % 4 == 0);
     const int available = overlap ? indexer90::kWsModes - 1 : indexer90::kWsBatched;
     const int default_mode = p.paged ? indexer90::kWsPagedDefaultMode : indexer90::kWsRaggedDefaultMode;
-    c.ws_mode = tune.ws_mode >= 0 ? (tune.ws_mode & available) : (overlap ? default_mode : 0);
+    c.ws_mode = (tune.ws_mode >= 0 ? tune.ws_mode : default_mode) & available;
   } else if (sm90 == 1) {
     c.kernel = p.q_scale ? Kernel::sm90_ragged_q_scale : Kernel::sm90_ragged;
     c.rows_per_group = indexer90::kRaggedRows;
@@ -118,8 +118,8 @@ Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tun
   return c;
 }
 
-// The Hopper form of a call: 2 the ws kernel (paged always; ragged when asked), 1 the session-4 one.
-int sm90_form(const Problem& p, const Tuning& tune) { return p.paged || tune.sm90_ws == 1 ? 2 : 1; }
+// The Hopper form of a call: 2 the ws kernel (paged always; ragged unless sm90_ws 0), 1 the session-4 one.
+int sm90_form(const Problem& p, const Tuning& tune) { return p.paged || tune.sm90_ws != 0 ? 2 : 1; }
 
 bool sm90_supports_form(const Problem& p, const DeviceCaps& caps, const Targets& t, int form) {
   if (!t.sm90a || caps.arch != 90 || p.heads != indexer90::kHeads || !p.q_head_stride16) return false;

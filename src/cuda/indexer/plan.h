@@ -61,13 +61,13 @@ struct Targets {
 
 // The Hopper kernel: -1 auto (chosen on sm_90 when built and it supports the call, unless the environment sets
 // ATTNSERVE_INDEXER_SM90=0), 0 never, 1 whenever it supports the call.
-// Which Hopper kernel: paged calls always run the warp-specialized one; ragged calls the session-4 kernel
-// (sm90_ws -1 auto or 0: it measured as fast at 8K and faster at 4K, session 6) or the ws one (sm90_ws 1).
+// Which Hopper kernel: paged calls always run the warp-specialized one; ragged calls the ws one too (sm90_ws -1
+// auto or 1: with the batched epilogue it measured 815 TFLOP/s at causal 8K against the session-4 kernel's 585,
+// 610e825) or the session-4 kernel (sm90_ws 0).
 // ws_cols_per_cta > 0 forces the ws kernel's column span (rounded up to 64; tests: long spans wrap the
 // ring on small problems; the bench: spans against the plan's).
 // ws_mode >= 0 forces the ws kernel's overlap mode, its bits where the form has them (-1: the default,
-// sm90/config.h kWsRaggedDefaultMode / kWsPagedDefaultMode; the batched epilogue, bit kWsBatched, is in no
-// default: it is not measured yet).
+// sm90/config.h kWsRaggedDefaultMode / kWsPagedDefaultMode, both with the batched epilogue, kWsBatched).
 struct Tuning {
   int sm90 = -1;
   int sm90_ws = -1;

@@ -72,8 +72,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
                     ? tune.cluster
                     : cluster_ctas_for(p, caps);
     if (caps.arch < 90) c.cluster = 1;
-    // The recount emit stays the default until the kept-masks one is measured (bench/NOTES.md, session 6).
-    c.emit = tune.emit == Emit::kept_masks ? Emit::kept_masks : Emit::recount;
+    // The kept-masks emit by default (610e825, H200: 8192 x 4K 158.3 us against the recount's 207.3,
+    // 128 x 64K 23.5 against 26.0, 1 x 4K 8.9 against 9.7; bench/NOTES.md session 7).
+    c.emit = tune.emit == Emit::recount ? Emit::recount : Emit::kept_masks;
   }
   return c;
 }

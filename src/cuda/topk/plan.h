@@ -39,11 +39,11 @@ const char* select_name(Select s);
 // How the sampled kernel's emit (step 4 of topk_sampled.cuh) finds each lane's selected entries. A
 // compile-time variant of the one kernel (its template argument kKeepMasks).
 enum class Emit : int {
-  automatic = 0,   // Tuning only: the plan's choice (recount)
+  automatic = 0,   // Tuning only: the plan's choice (kept_masks)
   recount = 1,     // the count pass and the store pass each test every quad (measured: 6aa3058)
   kept_masks = 2,  // the count pass's 4-bit masks stay in a register for the store pass, which reads only
                    // the positions of quads with a selected entry; a select that ended on key bits tests
-                   // the key alone. Not the default: compiled, not yet run on a GPU (bench/NOTES.md)
+                   // the key alone. The default (measured: 610e825, bench/NOTES.md session 7)
 };
 const char* emit_name(Emit e);
 
@@ -72,7 +72,7 @@ struct Plan {
   int threads = 256;
   Select select = Select::global;  // never automatic in a plan
   int cluster = 1;                 // CTAs per row (a thread-block cluster; sampled kernel on sm_90 only)
-  Emit emit = Emit::recount;       // the sampled kernel's emit (never automatic in a plan)
+  Emit emit = Emit::recount;       // the sampled kernel's emit (never automatic in a plan; the global kernel: recount)
   std::size_t smem = 0;            // dynamic shared memory per CTA (sampled kernel; 0 for global)
   std::size_t ws_bytes = 0;        // the radix select keeps everything in shared memory
 };

@@ -57,14 +57,15 @@ constexpr int kWsPingPong = 1;  // the two warpgroups issue their blocks' wgmmas
 constexpr int kWsSplit = 2;     // a block's wgmmas in two commit groups (half the rows each); reduce the first
                                 // half while the second runs (rows even: ragged, paged next_n 2 and 4)
 constexpr int kWsBatched = 4;   // the rows of a commit group reduced together (one shuffle / store tail);
-                                // every form of the ws kernel has it (a selectable mode, no default uses it)
+                                // every form of the ws kernel has it (both defaults use it)
 constexpr int kWsModes = 8;     // the modes the launcher instantiates (the plan's ws_mode range): ragged and
                                 // paged next_n 2, 4 with 16-byte keys 0..7, every other paged form 0 and 4
-// The plan's mode unless Tuning::ws_mode forces one (00dd511, H200): ragged ping-pong + split (causal 8K
-// 898.9 us against 922.0 lockstep; GPU oracle tests and racecheck passed on every mode); paged lockstep
-// (next_n 4 gained 2.7 % with mode 3, next_n 2 lost 4 %, and the paged modes have no GPU oracle run yet).
-constexpr int kWsRaggedDefaultMode = kWsPingPong | kWsSplit;
-constexpr int kWsPagedDefaultMode = 0;
+// The plan's mode unless Tuning::ws_mode forces one (610e825, H200, bench/NOTES.md session 7): ragged batched +
+// split (causal 8K 674.8 us, 815 TFLOP/s; lockstep 921.8, batched 703.3, all four bits 688.6); paged batched
+// (b128 x 32K next_n 1 / 2 / 4: 274 / 492 / 716 TFLOP/s against lockstep's 265 / 466 / 593; batched + split
+// was 731 at next_n 4 but 459 at next_n 2). The GPU oracle tests passed on every mode of every form.
+constexpr int kWsRaggedDefaultMode = kWsBatched | kWsSplit;
+constexpr int kWsPagedDefaultMode = kWsBatched;
 constexpr int kWsProducerRegs = 56;  // setmaxnreg: 128 * 56 + 256 * 224 <= 168 * 384 (the launch's allocation)
 constexpr int kWsMathRegs = 224;
 static_assert(128 * kWsProducerRegs + 256 * kWsMathRegs <= 168 * kWsThreads,

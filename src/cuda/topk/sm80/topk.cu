@@ -29,7 +29,7 @@ int g_debug_stop = 0;
 int g_threads = 0;
 int g_cluster = 0;
 bool g_direct_emit = false;
-bool g_mask_emit = false;
+TopkEmit g_emit = TopkEmit::automatic;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
@@ -118,13 +118,15 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
                                                                                  plan.smem, s);
 }
 
-topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, bool mask_emit) {
+topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
   t.threads = threads;
   t.cluster = cluster;
-  t.emit = mask_emit ? topk_op::Emit::kept_masks : topk_op::Emit::automatic;
+  t.emit = emit == TopkEmit::kept_masks ? topk_op::Emit::kept_masks
+           : emit == TopkEmit::recount  ? topk_op::Emit::recount
+                                        : topk_op::Emit::automatic;
   return t;
 }
 
@@ -136,7 +138,7 @@ void set_topk_debug_stop(int stop) { g_debug_stop = stop; }
 void set_topk_threads(int threads) { g_threads = threads; }
 void set_topk_cluster(int ctas) { g_cluster = ctas; }
 void set_topk_direct_emit(bool direct) { g_direct_emit = direct; }
-void set_topk_mask_emit(bool masks) { g_mask_emit = masks; }
+void set_topk_emit(TopkEmit emit) { g_emit = emit; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -147,7 +149,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
   const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
-                                                tuning_of(g_topk_path, g_threads, g_cluster, g_mask_emit));
+                                                tuning_of(g_topk_path, g_threads, g_cluster, g_emit));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);

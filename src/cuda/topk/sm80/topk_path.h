@@ -21,8 +21,9 @@ void set_topk_threads(int threads);
 void set_topk_cluster(int ctas);
 // Benchmarks only: the sampled kernel stores each output directly instead of staging them (A/B).
 void set_topk_direct_emit(bool direct);
-// Benchmarks and tests: the sampled kernel's emit keeps the count pass's selection masks in a register
-// (topk_op::Emit::kept_masks: not yet the default, not yet run on a GPU) instead of recounting (A/B).
-void set_topk_mask_emit(bool masks);
+// Benchmarks and tests: the sampled kernel's emit forced (topk_op::Emit: recount, or kept_masks, the count
+// pass's selection masks kept in a register, the plan's default) or the plan's (automatic), for A/Bs.
+enum class TopkEmit : int { automatic = 0, recount = 1, kept_masks = 2 };
+void set_topk_emit(TopkEmit emit);
 
 }  // namespace attnserve::cuda
