@@ -254,8 +254,8 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
   EXPECT_TRUE(same_bytes(first.out, second.out)) << "two runs differ (out)";
   if (spec.with_lse) EXPECT_TRUE(same_bytes(first.lse, second.lse)) << "two runs differ (lse)";
   // Every case also runs the portable kernel's lane page-id loads (Tuning::lane_pages, not the
-  // default yet) against the same oracle; where the spec's run took the portable kernel too, the
-  // bits are the per-row addressing's (same slots, same arithmetic).
+  // default yet; decode / verify tiles, MT = 1) against the same oracle; where the spec's run took
+  // the portable kernel too, the bits are the per-row addressing's (same slots, same arithmetic).
   if (spec.tuning.lane_pages < 0 && spec.tuning.sm90 <= 0) {
     cuda::attn::Tuning lanes = spec.tuning;
     lanes.lane_pages = 1;
@@ -264,7 +264,9 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
     expect_matches_oracle(lane, "lane page ids");
     if (first.kernel == cuda::attn::Kernel::sm80) {
       EXPECT_TRUE(same_bytes(first.out, lane.out)) << "lane page ids change the output bits";
-      if (spec.with_lse) EXPECT_TRUE(same_bytes(first.lse, lane.lse)) << "lane page ids change the lse bits";
+      if (spec.with_lse) {
+        EXPECT_TRUE(same_bytes(first.lse, lane.lse)) << "lane page ids change the lse bits";
+      }
     }
   }
   return first;

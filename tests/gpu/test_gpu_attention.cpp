@@ -253,8 +253,8 @@ TEST(GpuAttention, PageRunsAcrossPageSizesAndHeadDims) {
       }
 }
 
-// Lane page ids (Tuning::lane_pages: one lane per key row looks up its page id once per tile, the
-// loading lanes take the slots by shuffle) on the page sizes page runs leave alone (1, 2, 5: integer
+// Lane page ids (Tuning::lane_pages, 16-row tiles: one lane per key row looks up its page id once per
+// tile, the loading lanes take the slots by shuffle) on the page sizes page runs leave alone (1, 2, 5: integer
 // division, 8) and on 16 with page runs off; every head dim and the FP8 cache (segments of 4, 8, 16
 // and 32 lanes), GQA groups 1 to 16, verify rows, forced splits, the deterministic mode, empty and
 // one-token requests, partial last pages, and the page table's garbage entries past each request's
@@ -284,9 +284,17 @@ TEST(GpuAttention, LanePagesAcrossPageSizes) {
         if (deterministic) s.tuning.split_keys = 512;  // 3 splits of the longest request
         s.tuning.num_splits = ps == 2 ? 3 : ps == 8 ? 2 : 0;
         s.tuning.page_runs = ps == 16 ? 0 : -1;
+        s.tuning.mt = 1;  // the lane path is the 16-row (decode / verify) tile's; groups 8 and 16 would pick 64 rows
         s.tuning.lane_pages = 1;
         check_case(s, g);
         AttnCase c(s, g);
+        const auto plan = cuda::attn::make_plan(
+            cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
+                                          c.q_view, TensorView{}, TensorView{}, TensorView{})),
+            cuda::attn::current_device_caps(), s.tuning);
+        EXPECT_EQ(plan.kernel, cuda::attn::Kernel::sm80);  // the path under test runs: portable kernel,
+        EXPECT_EQ(plan.mt, 1);                             // 16-row tiles,
+        EXPECT_EQ(plan.lane_pages, 1);                     // lane page ids on
         cuda::attn::Tuning per_row = s.tuning;
         per_row.lane_pages = 0;
         const GpuResult rows = run_on_gpu(c, per_row), lanes = run_on_gpu(c, s.tuning);

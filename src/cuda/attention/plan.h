@@ -80,8 +80,9 @@ struct Tuning {
   // -1 auto (TMA at d 128 on pages of a multiple of 64, measured: plan.cpp), 0 cp.async gather, 1 TMA
   // boxes for whole tiles.
   int sm90_tma = -1;
-  // Portable kernel, pages too small for runs (and page runs off): -1 default (off), 0 off, 1 one lane per
-  // key row looks up its page id once per tile and the loading lanes take the slots by shuffle.
+  // Portable kernel's decode / verify tiles (MT = 1) on pages too small for runs (or page runs off): -1
+  // default (off), 0 off, 1 one lane per key row looks up its page id once per tile and the loading lanes
+  // take the slots by shuffle.
   int lane_pages = -1;
 };
 

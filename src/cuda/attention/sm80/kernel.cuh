@@ -220,12 +220,13 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       else if (run_log == 2) runs(std::integral_constant<int, (Tr::kRowsPerThread >= 4 ? 4 : 2)>{});
       else if (run_log == 3) runs(std::integral_constant<int, (Tr::kRowsPerThread >= 8 ? 8 : 2)>{});
       else runs(std::integral_constant<int, (Tr::kRowsPerThread >= 16 ? 16 : 2)>{});
-    } else if (p.lane_pages) {
-      // Lane page ids (pages too small for runs, any page size): the kRawChunks lanes that load one
-      // row's chunks are an aligned segment of the warp and share their kRowsPerThread (= segment / 2)
-      // rows, so lane `mine` of a segment looks up row `mine` alone (page id, bounds, slot: once per
-      // tile instead of once per row in every lane) and each lane takes its rows' slots by shuffle.
-      // Same slots and byte counts as the per-row path below: identical bits (tested).
+    } else if (MT == 1 && p.lane_pages) {
+      // Lane page ids (decode / verify tiles on pages too small for runs, any page size; MT = 4 keeps
+      // the per-row path: its d 256 build spills already, and more with this one): the kRawChunks lanes
+      // that load one row's chunks are an aligned segment of the warp and share their kRowsPerThread
+      // (= segment / 2) rows, so lane `mine` of a segment looks up row `mine` alone (page id, bounds,
+      // slot: once per tile instead of once per row in every lane) and each lane takes its rows' slots
+      // by shuffle. Same slots and byte counts as the per-row path below: identical bits (tested).
       static_assert(Tr::kRawChunks <= 32 && 2 * Tr::kRowsPerThread == Tr::kRawChunks, "a row group is half a segment");
       const int mine = lane & (Tr::kRowsPerThread - 1);
       const int j = j0 + lrow0 + mine * Tr::kLoadStep;
