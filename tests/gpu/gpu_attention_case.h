@@ -155,6 +155,7 @@ inline HostTensor widen(const HostTensor& t) {
 
 struct GpuResult {
   HostTensor out, lse;
+  cuda::attn::Kernel kernel = cuda::attn::Kernel::sm80;  // the kernel the plan chose
 };
 
 // Runs the case on the GPU (poisoned outputs, optional tuning) and returns the downloaded tensors.
@@ -182,7 +183,7 @@ inline GpuResult run_on_gpu(const AttnCase& c, const cuda::attn::Tuning& tune) {
   dlse.poison();
   cuda::attn::run(a, Workspace{ws.data(), ws.bytes()}, {}, tune);
   stream_synchronize({});
-  return {dout.download(out_h), dlse.download(lse_h)};
+  return {dout.download(out_h), dlse.download(lse_h), cfg.kernel};
 }
 
 // Full check of one spec; returns the GPU result of the first run (for cross-batch comparisons).
@@ -221,33 +222,53 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
   const double tol = tolerance_by_rule(err_ref, spec.dtype);
   const double tol_lse = 2 * err_ref_lse + 1e-5;  // f32 LSE: exp2/log2 approximations on the GPU
 
-  GpuResult first = run_on_gpu(c, spec.tuning);
-  const double err = rel_l2(batch_out(first.out), ref);
-  EXPECT_LE(err, tol) << "out: rel_l2 " << err << " vs tolerance " << tol << " (f32 oracle " << err_ref << ")";
-  if (spec.with_lse) {
-    const double err_lse = rel_l2(rows_as_doubles(first.lse, c.row_begin(), c.row_end()), lse_ref);
-    EXPECT_LE(err_lse, tol_lse) << "lse: rel_l2 " << err_lse;
-  }
-  // Rows outside the batch, and the padding head of strided outputs, are never written.
-  for (int row = 0; row < c.total_q; ++row) {
-    const bool outside = row < c.row_begin() || row >= c.row_end();
-    for (int h = 0; h < hq_alloc; ++h) {
-      if (!outside && h < spec.h_q) continue;
-      for (int e = 0; e < dv; ++e) {
-        const int64_t i = (int64_t(row) * hq_alloc + h) * dv + e;
-        const uint8_t* p = first.out.bytes.data() + i * 2;
-        if (p[0] != 0xff || p[1] != 0xff) {
-          ADD_FAILURE() << "out row " << row << " head " << h << " written outside the batch";
-          row = c.total_q;
-          break;
-        }
-      }
-      if (row == c.total_q) break;
+  auto expect_matches_oracle = [&](const GpuResult& r, const std::string& what) {
+    SCOPED_TRACE(what);
+    const double err = rel_l2(batch_out(r.out), ref);
+    EXPECT_LE(err, tol) << "out: rel_l2 " << err << " vs tolerance " << tol << " (f32 oracle " << err_ref << ")";
+    if (spec.with_lse) {
+      const double err_lse = rel_l2(rows_as_doubles(r.lse, c.row_begin(), c.row_end()), lse_ref);
+      EXPECT_LE(err_lse, tol_lse) << "lse: rel_l2 " << err_lse;
     }
-  }
+    // Rows outside the batch, and the padding head of strided outputs, are never written.
+    for (int row = 0; row < c.total_q; ++row) {
+      const bool outside = row < c.row_begin() || row >= c.row_end();
+      for (int h = 0; h < hq_alloc; ++h) {
+        if (!outside && h < spec.h_q) continue;
+        for (int e = 0; e < dv; ++e) {
+          const int64_t i = (int64_t(row) * hq_alloc + h) * dv + e;
+          const uint8_t* p = r.out.bytes.data() + i * 2;
+          if (p[0] != 0xff || p[1] != 0xff) {
+            ADD_FAILURE() << "out row " << row << " head " << h << " written outside the batch";
+            row = c.total_q;
+            break;
+          }
+        }
+        if (row == c.total_q) break;
+      }
+    }
+  };
+  GpuResult first = run_on_gpu(c, spec.tuning);
+  expect_matches_oracle(first, "the spec's tuning");
   GpuResult second = run_on_gpu(c, spec.tuning);
   EXPECT_TRUE(same_bytes(first.out, second.out)) << "two runs differ (out)";
   if (spec.with_lse) EXPECT_TRUE(same_bytes(first.lse, second.lse)) << "two runs differ (lse)";
+  // Every case also runs the portable kernel's lane page-id loads (Tuning::lane_pages, not the
+  // default yet; decode / verify tiles, MT = 1) against the same oracle; where the spec's run took
+  // the portable kernel too, the bits are the per-row addressing's (same slots, same arithmetic).
+  if (spec.tuning.lane_pages < 0 && spec.tuning.sm90 <= 0) {
+    cuda::attn::Tuning lanes = spec.tuning;
+    lanes.lane_pages = 1;
+    const GpuResult lane = run_on_gpu(c, lanes);
+    EXPECT_EQ(lane.kernel, cuda::attn::Kernel::sm80);
+    expect_matches_oracle(lane, "lane page ids");
+    if (first.kernel == cuda::attn::Kernel::sm80) {
+      EXPECT_TRUE(same_bytes(first.out, lane.out)) << "lane page ids change the output bits";
+      if (spec.with_lse) {
+        EXPECT_TRUE(same_bytes(first.lse, lane.lse)) << "lane page ids change the lse bits";
+      }
+    }
+  }
   return first;
 }
 

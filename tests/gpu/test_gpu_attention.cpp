@@ -253,6 +253,56 @@ TEST(GpuAttention, PageRunsAcrossPageSizesAndHeadDims) {
       }
 }
 
+// Lane page ids (Tuning::lane_pages, 16-row tiles: one lane per key row looks up its page id once per
+// tile, the loading lanes take the slots by shuffle) on the page sizes page runs leave alone (1, 2, 5: integer
+// division, 8) and on 16 with page runs off; every head dim and the FP8 cache (segments of 4, 8, 16
+// and 32 lanes), GQA groups 1 to 16, verify rows, forced splits, the deterministic mode, empty and
+// one-token requests, partial last pages, and the page table's garbage entries past each request's
+// pages. check_case compares with the oracle; the bits must equal the per-row addressing's.
+TEST(GpuAttention, LanePagesAcrossPageSizes) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  for (int ps : {1, 2, 5, 8, 16})
+    for (int d : {64, 128, 256})
+      for (bool fp8 : {false, true}) {
+        if (fp8 && d != 128 && ps != 2) continue;
+        const bool deterministic = ps == 5;
+        SCOPED_TRACE("page_size " + std::to_string(ps) + " d " + std::to_string(d) + (fp8 ? " fp8" : "") +
+                     (deterministic ? " deterministic" : ""));
+        AttnSpec s;
+        s.q_lens = {1, 4, 1, 1, 1};
+        s.k_lens = {1500, 700, 1, 0, 2 * ps + 3};
+        const int groups[5] = {4, 8, 1, 16, 4};  // by page size
+        const int gi = ps == 1 ? 0 : ps == 2 ? 1 : ps == 5 ? 2 : ps == 8 ? 3 : 4;
+        s.h_q = 16;
+        s.h_kv = 16 / groups[gi];
+        s.d = d;
+        s.page_size = ps;
+        s.fp8 = fp8;
+        s.descale = fp8;
+        s.deterministic = deterministic;
+        if (deterministic) s.tuning.split_keys = 512;  // 3 splits of the longest request
+        s.tuning.num_splits = ps == 2 ? 3 : ps == 8 ? 2 : 0;
+        s.tuning.page_runs = ps == 16 ? 0 : -1;
+        s.tuning.mt = 1;  // the lane path is the 16-row (decode / verify) tile's; groups 8 and 16 would pick 64 rows
+        s.tuning.lane_pages = 1;
+        check_case(s, g);
+        AttnCase c(s, g);
+        const auto plan = cuda::attn::make_plan(
+            cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
+                                          c.q_view, TensorView{}, TensorView{}, TensorView{})),
+            cuda::attn::current_device_caps(), s.tuning);
+        EXPECT_EQ(plan.kernel, cuda::attn::Kernel::sm80);  // the path under test runs: portable kernel,
+        EXPECT_EQ(plan.mt, 1);                             // 16-row tiles,
+        EXPECT_EQ(plan.lane_pages, 1);                     // lane page ids on
+        cuda::attn::Tuning per_row = s.tuning;
+        per_row.lane_pages = 0;
+        const GpuResult rows = run_on_gpu(c, per_row), lanes = run_on_gpu(c, s.tuning);
+        EXPECT_TRUE(same_bytes(rows.out, lanes.out)) << "lane page ids change the output bits";
+        EXPECT_TRUE(same_bytes(rows.lse, lanes.lse)) << "lane page ids change the lse bits";
+      }
+}
+
 // Three CTAs per SM (the 168-register MT = 1 kernel, 2 stages): decode, verify, GQA groups, page
 // sizes, FP8 with descale, windows, softcap, forced splits, empty and one-token requests; and the
 // bits equal the two-CTA kernel's (same arithmetic; only the pipeline depth and registers differ).

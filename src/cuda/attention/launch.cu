@@ -107,6 +107,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
   for (int sh = 0; sh < 31 && c.page_shifts; ++sh)
     if ((1 << sh) == p.page_size) p.page_shift = sh;
   p.page_runs = c.page_runs;
+  p.lane_pages = c.lane_pages;
   p.scale_log2 = a.softmax_scale * 1.4426950408889634f;
   p.softcap = a.softcap;
   p.causal = a.causal ? 1 : 0;

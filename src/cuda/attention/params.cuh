@@ -33,6 +33,7 @@ struct Params {
   int stages;        // cp.async pipeline depth, 2..kMaxStages
   int page_shift;    // log2(page_size) for shift addressing, or -1 (integer division)
   int page_runs;     // sm80: 1 = one page-table entry per run of a thread's rows in a page (shifts only)
+  int lane_pages;    // sm80: 1 = below page runs, one lane per key row looks up its page id (shuffled)
   float scale_log2;  // softmax_scale * log2(e)
   float softcap;     // 0: off
   int causal, window_left, window_right;

@@ -53,6 +53,7 @@ struct Plan {
   int m_blocks = 1;          // grid.x
   int page_shifts = 1;       // shift addressing for power-of-two pages
   int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
+  int lane_pages = 0;        // sm80: where runs do not apply, one lane per key row looks up its page id
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
@@ -79,6 +80,10 @@ struct Tuning {
   // -1 auto (TMA at d 128 on pages of a multiple of 64, measured: plan.cpp), 0 cp.async gather, 1 TMA
   // boxes for whole tiles.
   int sm90_tma = -1;
+  // Portable kernel's decode / verify tiles (MT = 1) on pages too small for runs (or page runs off): -1
+  // default (off), 0 off, 1 one lane per key row looks up its page id once per tile and the loading lanes
+  // take the slots by shuffle.
+  int lane_pages = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.

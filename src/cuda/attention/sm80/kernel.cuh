@@ -220,6 +220,33 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       else if (run_log == 2) runs(std::integral_constant<int, (Tr::kRowsPerThread >= 4 ? 4 : 2)>{});
       else if (run_log == 3) runs(std::integral_constant<int, (Tr::kRowsPerThread >= 8 ? 8 : 2)>{});
       else runs(std::integral_constant<int, (Tr::kRowsPerThread >= 16 ? 16 : 2)>{});
+    } else if (MT == 1 && p.lane_pages) {
+      // Lane page ids (decode / verify tiles on pages too small for runs, any page size; MT = 4 keeps
+      // the per-row path: its d 256 build spills already, and more with this one): the kRawChunks lanes
+      // that load one row's chunks are an aligned segment of the warp and share their kRowsPerThread
+      // (= segment / 2) rows, so lane `mine` of a segment looks up row `mine` alone (page id, bounds,
+      // slot: once per tile instead of once per row in every lane) and each lane takes its rows' slots
+      // by shuffle. Same slots and byte counts as the per-row path below: identical bits (tested).
+      static_assert(Tr::kRawChunks <= 32 && 2 * Tr::kRowsPerThread == Tr::kRawChunks, "a row group is half a segment");
+      const int mine = lane & (Tr::kRowsPerThread - 1);
+      const int j = j0 + lrow0 + mine * Tr::kLoadStep;
+      const int pi = sh >= 0 ? j >> sh : j / p.page_size;
+      const int p0 = sh >= 0 ? j0 >> sh : j0 / p.page_size;
+      int slot = -1;
+      if (j < k_end && pi < p.max_pages) {
+        const int page = pages[pi - p0];
+        if (page >= 0 && page < p.num_pages) slot = page * p.page_size + (j - pi * p.page_size);
+      }
+#pragma unroll
+      for (int i = 0; i < Tr::kRowsPerThread; ++i) {
+        const int row_slot = __shfl_sync(0xffffffffu, slot, i, Tr::kRawChunks);
+        const int row = lrow0 + i * Tr::kLoadStep;
+        const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
+        const int bytes = row_slot >= 0 ? 16 : 0;
+        const uint64_t s = uint32_t(max(row_slot, 0));  // zero-extended: no sign word in the products
+        if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + int64_t(s) * p.k_stok, bytes);
+        if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + int64_t(s) * p.v_stok, bytes);
+      }
     } else if (sh >= 0) {
       const int p0 = j0 >> sh, mask = (1 << sh) - 1;
 #pragma unroll
