@@ -674,9 +674,9 @@ void bench_mla(const std::string& name, int b, int h_q, int ctx, int ps, int q_l
   const double flops = 2.0 * total_q * h_q * double(ctx) * (576 + 512);
   const double bytes = double(b) * ctx * row_bytes;  // cache bytes read (FP8: 656 per token)
   char note[96];
-  std::snprintf(note, sizeof note, "[%s%s%s hb %d splits %d stages %d] %.0f%% of copy",
-                cuda::mla::kernel_name(cfg.kernel), cfg.sm90_tma ? " tma" : "", cfg.sm90_seesaw ? " seesaw" : "",
-                cfg.rows_per_block, cfg.num_splits, cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
+  std::snprintf(note, sizeof note, "[%s%s hb %d splits %d stages %d] %.0f%% of copy",
+                cuda::mla::kernel_name(cfg.kernel), cfg.sm90_tma ? " tma" : "", cfg.rows_per_block, cfg.num_splits,
+                cfg.stages, 100.0 * bytes / us * 1e-3 / g_copy_gbs);
   report_flops(name, us, flops, bytes, note);
 }
 
@@ -960,21 +960,6 @@ int main(int argc, char** argv) try {
       bench_mla("mla producer decode b16 hq128 32K page64" + v, 16, 128, 32768, 64, 1, t);
       bench_mla("mla producer decode b128 hq64 8K page64" + v, 128, 64, 8192, 64, 1, t);
       bench_mla("mla producer decode b128 hq16 8K page64" + v, 128, 16, 8192, 64, 1, t);
-    }
-  // A/B within the run: the Hopper kernel's consumer schedules on the TMA bf16 producer (split d_v, the default, /
-  // seesaw: sm90/seesaw.cuh), two rounds each, alternating ("mla seesaw" selects them alone).
-  for (int round : {1, 2})
-    for (int seesaw : {0, 1}) {
-      cuda::mla::MlaTuning t;
-      t.sm90 = 1;
-      t.sm90_tma = 1;
-      t.sm90_seesaw = seesaw;
-      const std::string v = std::string(seesaw ? " seesaw" : " split-dv") + " r" + std::to_string(round);
-      bench_mla("mla seesaw decode b128 hq128 8K page64" + v, 128, 128, 8192, 64, 1, t);
-      bench_mla("mla seesaw decode b64 hq128 sq2 4K page64" + v, 64, 128, 4096, 64, 2, t);
-      bench_mla("mla seesaw decode b16 hq128 32K page64" + v, 16, 128, 32768, 64, 1, t);
-      bench_mla("mla seesaw decode b128 hq64 8K page64" + v, 128, 64, 8192, 64, 1, t);
-      bench_mla("mla seesaw decode b128 hq16 8K page64" + v, 128, 16, 8192, 64, 1, t);
     }
   // The same over the FP8-656 cache (the dequantizing producer's raw bytes by cp.async or by TMA boxes).
   for (int round : {1, 2})

@@ -127,19 +127,6 @@ TEST(OpPlanMla, HopperKernelOnSm90) {
   EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {.sm90_tma = 0}, kSm90Build).sm90_tma);
   EXPECT_TRUE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
   EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 16, 8192, 1), kH200, {.sm90_tma = 1}, kSm90Build).sm90_tma);
-  // The seesaw consumers: never by default; when asked, only on a bf16 cache with the TMA producer.
-  EXPECT_FALSE(h128.sm90_seesaw);
-  EXPECT_TRUE(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.sm90_seesaw = 1}, kSm90Build).sm90_seesaw);
-  EXPECT_TRUE(
-      cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {.sm90_tma = 1, .sm90_seesaw = 1}, kSm90Build).sm90_seesaw);
-  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 16, 8192), kH200, {.sm90_seesaw = 1}, kSm90Build).sm90_seesaw);
-  EXPECT_FALSE(
-      cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.sm90_tma = 0, .sm90_seesaw = 1}, kSm90Build).sm90_seesaw);
-  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192, 1), kH200, {.sm90_tma = 1, .sm90_seesaw = 1}, kSm90Build)
-                   .sm90_seesaw);
-  EXPECT_FALSE(cuda::mla::make_plan(mla_fp8(128, 1, 128, 8192), kH200, {.sm90_tma = 1, .sm90_seesaw = 1}, kSm90Build)
-                   .sm90_seesaw);
-  EXPECT_FALSE(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.sm90_seesaw = 1}, kPortableBuild).sm90_seesaw);
   // Forced splits apply to it; pinned portable fields and sm90 = 0 keep the portable kernel.
   EXPECT_EQ(cuda::mla::make_plan(mla(2, 1, 128, 1000), kH200, {.num_splits = 3, .sm90 = 1}, kSm90Build).num_splits, 3);
   EXPECT_EQ(cuda::mla::make_plan(mla(128, 1, 128, 8192), kH200, {.rows_per_block = 32}, kSm90Build).kernel,

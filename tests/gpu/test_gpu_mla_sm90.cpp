@@ -1,7 +1,7 @@
 // The Hopper MLA decode kernel (src/cuda/mla/sm90) forced on (MlaTuning::sm90 = 1) against the CPU
 // oracle: h_q 16 / 32 / 64 / 128 and odd head counts (partial 64-row blocks), page sizes 1 / 64 / odd,
 // s_q 1 / 2 / 4 (causal), split and unsplit, lse, window + softcap, empty rows; and the auto choice;
-// each with both bf16 producers (cp.async and TMA boxes) and the seesaw consumers. Inputs and checks: mla_batch.h.
+// each with both bf16 producers (cp.async and TMA boxes). Inputs and checks: mla_batch.h.
 #include "cuda/mla/sm90/config.h"
 #include "mla_batch.h"
 
@@ -21,7 +21,7 @@ bool device_is_sm90() { return query_device_caps(Device::cuda()).arch == 90; }
 // Returns the plan's kernel; checks out and lse against the fp64 oracle (tolerance by the f32 oracle).
 // The Hopper kernel runs with each of its bf16 producers (MlaTuning::sm90_tma 0: cp.async, 1: TMA boxes
 // where the page size allows, sm90/producer_tma.cuh), which fill the same bytes into the same stages, so
-// their outputs must be bitwise equal; then the seesaw consumer schedule with the TMA producer (tolerance rule).
+// their outputs must be bitwise equal.
 cuda::mla::Kernel check_sm90(const Sm90Spec& s, std::mt19937_64& g) {
   MlaBatch batch(s, g);
   cuda::mla::MlaTuning tune;
@@ -42,15 +42,6 @@ cuda::mla::Kernel check_sm90(const Sm90Spec& s, std::mt19937_64& g) {
     const MlaRun r = batch.check(tune, what + (tma ? " tma" : " cp.async"));
     EXPECT_TRUE(same_bytes(r.out, def.out) && same_bytes(r.lse, def.lse)) << "producers' bits differ, tma " << tma;
   }
-  // The seesaw consumers (MlaTuning::sm90_seesaw 1, sm90/seesaw.cuh) with the TMA producer where it applies: another
-  // accumulation order (two warpgroups' row sums, rescales per tile pair), so against the oracle by the tolerance
-  // rule, not bitwise against the default.
-  tune.sm90_tma = 1;
-  tune.sm90_seesaw = 1;
-  const auto cs = batch.plan(tune);
-  EXPECT_EQ(cs.sm90_seesaw, cuda::mla90::tma_applies(s.page_size));
-  EXPECT_EQ(cs.ws_bytes, cfg.ws_bytes);
-  if (cs.sm90_seesaw) batch.check(tune, what + " tma seesaw");
   return cfg.kernel;
 }
 

@@ -94,7 +94,7 @@ void run(const MlaAttentionArgs& a, const Plan& plan, Workspace ws, Stream strea
     case Kernel::sm90:
 #ifdef ATTNSERVE_HAVE_SM90
       if (p.kv_fp8) mla90::launch_mla_sm90_fp8(p, c.m_blocks, b, c.sm90_tma, s);
-      else mla90::launch_mla_sm90(p, c.m_blocks, b, c.sm90_tma, c.sm90_seesaw, s);
+      else mla90::launch_mla_sm90(p, c.m_blocks, b, c.sm90_tma, s);
 #else
       ATTNSERVE_CHECK(false, kOp, ": the plan chose the Hopper kernel, which this build does not carry");
 #endif

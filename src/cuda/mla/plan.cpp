@@ -126,8 +126,6 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const MlaTuning& tune, 
     c.split_keys = 0;
     c.sm90_tma = mla90::tma_applies(p.page_size) &&
                  (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && (fp8 || c.m_blocks >= mla90::kTmaMinRowBlocks)));
-    // The seesaw consumers (sm90/seesaw.cuh) only when asked, on a bf16 cache with the TMA producer (unmeasured).
-    c.sm90_seesaw = tune.sm90_seesaw > 0 && !fp8 && c.sm90_tma;
     c.num_splits = heuristic_splits(p.b * c.m_blocks, caps.num_sms, tiles / 2);
     if (tune.num_splits > 0) c.num_splits = std::min(tune.num_splits, std::max(1, tiles));
   }

@@ -39,8 +39,7 @@ struct Plan {
   int stages = 2;
   int num_splits = 1;
   int split_keys = 0;
-  bool sm90_tma = false;     // sm90: whole tiles by TMA boxes (sm90/producer_tma.cuh, producer_fp8.cuh), else cp.async
-  bool sm90_seesaw = false;  // sm90, bf16 cache, sm90_tma: the seesaw consumer schedule (sm90/seesaw.cuh)
+  bool sm90_tma = false;  // sm90: whole tiles by TMA boxes (sm90/producer_tma.cuh, producer_fp8.cuh), else cp.async
   std::size_t smem = 0;
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
 };
@@ -58,10 +57,6 @@ struct MlaTuning {
   // >= mla90::kTmaMinRowBlocks blocks; FP8-656 cache: TMA where it applies), 0 cp.async, 1 TMA boxes where they
   // apply (page_size % 64 == 0; any other call keeps cp.async).
   int sm90_tma = -1;
-  // Hopper kernel's consumer schedule: 0 (and the default) split d_v (WG 1 computes every S and softmax), 1 seesaw
-  // (sm90/seesaw.cuh: tiles in pairs, each consumer warpgroup its own S) where it applies: bf16 cache with the TMA
-  // producer (any other call keeps split d_v). Not measured yet: bench/NOTES.md "Session 6: MLA seesaw schedule".
-  int sm90_seesaw = 0;
 };
 
 // Which arch leaves this build carries (the Hopper kernel needs the sm_90a build); tests pass their own.

@@ -30,11 +30,6 @@ constexpr int kSoftmaxRegs = 240;  // O half (128) + S (32) + P fragments + boun
 constexpr int kPvRegs = 208;       // O half (128)
 static_assert(128 * (kProducerRegs + kSoftmaxRegs + kPvRegs) <= kEntryRegs * kThreads,
               "setmaxnreg split exceeds the CTA's registers");
-// The seesaw schedule (seesaw.cuh): both consumer warpgroups hold an O half, S and P fragments.
-constexpr int kSeesawProducerRegs = 40;
-constexpr int kSeesawConsumerRegs = 232;
-static_assert(128 * (kSeesawProducerRegs + 2 * kSeesawConsumerRegs) <= kEntryRegs * kThreads,
-              "seesaw setmaxnreg split exceeds the CTA's registers");
 
 constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 1024-byte swizzle atom
 

@@ -15,8 +15,6 @@
 // Named barriers hand P over: kBarPFull (WG 1 wrote P and alpha of tile t) and kBarPEmpty (WG 2's
 // wgmma finished reading them); the same pair hands over the final 1/l after the last tile. Each
 // warpgroup syncs on each barrier n + 1 times (n tiles), in the order Empty, Full, Empty, Full ...
-// Schedule::kSeesaw (MlaTuning::sm90_seesaw, TMA producer only) runs seesaw.cuh's two consumer roles instead of these
-// (tiles in pairs, each consumer warpgroup S and softmax of its own tile, the running max exchanged).
 // Semantics of the portable kernel and the CPU oracle: a row with no visible key writes 0 and
 // lse = -inf; split s writes its normalized partial O and LSE for the combine (merge kernel).
 #pragma once
@@ -427,17 +425,6 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
 
 #endif  // ATTNSERVE_SM90_DEVICE
 
-}  // namespace attnserve::cuda::mla90
-
-#include "seesaw.cuh"  // the seesaw consumer roles (Schedule::kSeesaw), built on the definitions above
-
-namespace attnserve::cuda::mla90 {
-
-// Which consumer roles run (the producer is the same):
-//   kSplitDv  WG 1 computes every S and softmax and O[:, 0:256), WG 2 O[:, 256:512) from WG 1's P (above)
-//   kSeesaw   tiles in pairs, each consumer warpgroup computes S and the softmax of its own tile (seesaw.cuh)
-enum class Schedule : int { kSplitDv, kSeesaw };
-
 // How the producer fills the stages (the consumers are the same for all):
 //   kCpAsync  bf16 cache, 16-byte cp.async per (key, panel chunk) through the page table (any page size)
 //   kTma      bf16 cache, whole tiles on one page by nine TMA boxes, other tiles as kCpAsync (producer_tma.cuh)
@@ -453,7 +440,7 @@ struct KvMaps {
   CUtensorMap map[3];
 };
 
-template <Fill kFill, Schedule kSchedule = Schedule::kSplitDv>
+template <Fill kFill>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, const __grid_constant__ KvMaps kv) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   char* smem = smem_base();
@@ -479,8 +466,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
   if (wg == 0) {
     // Producer: tile t goes into stage t % 2 once both consumers released tile t - 2; Q rides on
     // tile 0's arrival.
-    if constexpr (kSchedule == Schedule::kSeesaw) sm90::setmaxnreg_dec<kSeesawProducerRegs>();
-    else sm90::setmaxnreg_dec<kProducerRegs>();
+    sm90::setmaxnreg_dec<kProducerRegs>();
     const Producer ld{tid & 7, tid >> 3};
     if constexpr (kFill == Fill::kFp8) {
       produce_fp8(p, b, sm, ld, tid);
@@ -497,10 +483,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
       }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
-  } else if constexpr (kSchedule == Schedule::kSeesaw) {
-    sm90::setmaxnreg_inc<kSeesawConsumerRegs>();
-    if (wg == 1) seesaw_a_role(p, b, sm, warp, lane);
-    else seesaw_b_role(p, b, sm, warp, lane);
   } else if (wg == 1) {
     sm90::setmaxnreg_inc<kSoftmaxRegs>();
     softmax_role(p, b, sm, warp, lane);
@@ -513,16 +495,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
 
 // Launches one instantiation (the host side of mla90_bf16.cu / mla90_fp8.cu, each instantiating its fills);
 // the dynamic shared-memory limit is set once per instantiation.
-template <Fill kFill, Schedule kSchedule = Schedule::kSplitDv>
+template <Fill kFill>
 void launch_fill(const mla::Params& p, const KvMaps& maps, const dim3& grid, cudaStream_t stream) {
   static const bool configured = [] {
     ATTNSERVE_CUDA_CHECK(
-        cudaFuncSetAttribute(mla_sm90_kernel<kFill, kSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(smem_bytes())));
+        cudaFuncSetAttribute(mla_sm90_kernel<kFill>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes())));
     return true;
   }();
   (void)configured;
-  mla_sm90_kernel<kFill, kSchedule><<<grid, kThreads, smem_bytes(), stream>>>(p, maps);
+  mla_sm90_kernel<kFill><<<grid, kThreads, smem_bytes(), stream>>>(p, maps);
 }
 
 }  // namespace attnserve::cuda::mla90

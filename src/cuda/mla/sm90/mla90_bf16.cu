@@ -1,6 +1,5 @@
 // Host side and the instantiations of the Hopper MLA decode kernel for a bf16 cache: the cp.async
-// producer (any page size) and the TMA producer (producer_tma.cuh: page_size % 64 == 0), the latter also with
-// the seesaw consumers (seesaw.cuh).
+// producer (any page size) and the TMA producer (producer_tma.cuh: page_size % 64 == 0).
 #include "attnserve/error.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/sm90/tensor_map.h"
@@ -23,15 +22,11 @@ bool kv_tensor_map(const mla::Params& p, CUtensorMap& map) {
 
 }  // namespace
 
-void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, bool tma, bool seesaw, cudaStream_t stream) {
+void launch_mla_sm90(const mla::Params& p, int m_blocks, int batch, bool tma, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.num_splits), unsigned(batch));
   KvMaps maps{};
-  if (tma && kv_tensor_map(p, maps.map[0])) {
-    if (seesaw) launch_fill<Fill::kTma, Schedule::kSeesaw>(p, maps, grid, stream);
-    else launch_fill<Fill::kTma>(p, maps, grid, stream);
-  } else {
-    launch_fill<Fill::kCpAsync>(p, maps, grid, stream);
-  }
+  if (tma && kv_tensor_map(p, maps.map[0])) launch_fill<Fill::kTma>(p, maps, grid, stream);
+  else launch_fill<Fill::kCpAsync>(p, maps, grid, stream);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
