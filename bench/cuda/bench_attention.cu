@@ -356,7 +356,7 @@ void bench_decode(const std::string& name, int b, int h_q, int h_kv, int d, int 
   std::snprintf(note, sizeof note, "[splits %d stages %d mt %d ctas/SM %d%s]", cfg.num_splits, cfg.stages, cfg.mt,
                 cfg.ctas_per_sm,
                 cfg.page_runs && ps >= 16 ? " page-runs"
-                : cfg.lane_pages          ? " lane-pages"
+                : cfg.lane_pages && cfg.mt == 1 ? " lane-pages"
                                           : "");
   report_bw(name, us, kv_bytes, note);
   if (o.gather && d == 128 && !o.fp8 && (ps & (ps - 1)) == 0) {
@@ -434,7 +434,7 @@ void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, in
         std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s]",
                       cuda::attn::kernel_name(cfg.kernel), cfg.num_splits, cfg.stages, cfg.mt, cfg.ctas_per_sm,
                       cfg.page_runs && ps >= 16 ? " page-runs"
-                      : cfg.lane_pages          ? " lane-pages"
+                      : cfg.lane_pages && cfg.mt == 1 ? " lane-pages"
                                                 : "");
         note = buf;
       }
@@ -860,7 +860,7 @@ int main(int argc, char** argv) try {
   // (The L2-prefetch variant measured here in bd5002d, 10 % slower everywhere, is removed.)
   {
     const Tuning s3{.num_splits = 3, .ctas = 3}, det1k{.split_keys = 1024}, det2k{.split_keys = 2048};
-    const Variant def{"default"}, rows{"per-row", Tuning{.page_runs = 0}}, c3{"ctas3 splits3", s3},
+    const Variant def{"default"}, rows{"per-row", Tuning{.page_runs = 0, .lane_pages = 0}}, c3{"ctas3 splits3", s3},
         det{"deterministic", {}, true}, d1k{"deterministic split1024", det1k, true},
         d2k{"deterministic split2048", det2k, true}, gat{"gather-read", {}, false, false, true};
     bench_variants("same b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1, {def, rows, c3, det, d1k, d2k, gat});
@@ -876,19 +876,19 @@ int main(int argc, char** argv) try {
     bench_variants("same b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1, {def, c3s1, det, d1k});
     bench_variants("same verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, det, d1k});
     bench_variants("same verify8 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 8, 4096, 1, {def, det});
-    // Lane page ids (Tuning::lane_pages, session 6, not the default) where page runs do not apply
-    // (pages below 16 slots): default per-row addressing, lane page ids, both at three CTAs per SM,
-    // and the gather-read ceiling of the same bytes.
-    const Tuning lane{.lane_pages = 1}, lane_c3s3{.num_splits = 3, .ctas = 3, .lane_pages = 1},
-        lane_c3s1{.num_splits = 1, .ctas = 3, .lane_pages = 1};
-    const Variant lanes{"lane-pages", lane}, lanes_c3{"lane-pages ctas3 splits3", lane_c3s3},
-        lanes_c3s1{"lane-pages ctas3 splits1", lane_c3s1};
+    // Lane page ids (Tuning::lane_pages, the default since session 7) where page runs do not apply (pages below
+    // 16 slots): per-row page-id lookups against the default, both at three CTAs per SM, and the gather-read
+    // ceiling of the same bytes.
+    const Tuning per_row{.lane_pages = 0}, per_row_c3s3{.num_splits = 3, .ctas = 3, .lane_pages = 0},
+        per_row_c3s1{.num_splits = 1, .ctas = 3, .lane_pages = 0};
+    const Variant rows_v{"per-row-pages", per_row}, rows_c3{"per-row-pages ctas3 splits3", per_row_c3s3},
+        rows_c3s1{"per-row-pages ctas3 splits1", per_row_c3s1};
     for (int ps : {1, 8}) {
       const std::string page = " page" + std::to_string(ps);
       bench_variants("same lanes b64x8K hq32 hkv8" + page, 64, 32, 8, 128, ps, 1, 8192, 1,
-                     {def, lanes, c3, lanes_c3, gat});
+                     {rows_v, def, rows_c3, c3, gat});
       bench_variants("same lanes b128x4K hq16 hkv2" + page, 128, 16, 2, 128, ps, 1, 4096, 1,
-                     {def, lanes, c3s1, lanes_c3s1, gat});
+                     {rows_v, def, rows_c3s1, c3s1, gat});
     }
     // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
     bench_variants("same b4x32K hq32 hkv8 page16", 4, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});

@@ -253,19 +253,20 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
   GpuResult second = run_on_gpu(c, spec.tuning);
   EXPECT_TRUE(same_bytes(first.out, second.out)) << "two runs differ (out)";
   if (spec.with_lse) EXPECT_TRUE(same_bytes(first.lse, second.lse)) << "two runs differ (lse)";
-  // Every case also runs the portable kernel's lane page-id loads (Tuning::lane_pages, not the
-  // default yet; decode / verify tiles, MT = 1) against the same oracle; where the spec's run took
-  // the portable kernel too, the bits are the per-row addressing's (same slots, same arithmetic).
+  // Every case also runs the portable kernel with per-row page-id lookups (Tuning::lane_pages 0; the
+  // default's lane page ids apply to decode / verify tiles, MT = 1, below page runs) against the same
+  // oracle; where the spec's run took the portable kernel too, the bits are the lane path's (same slots,
+  // same arithmetic).
   if (spec.tuning.lane_pages < 0 && spec.tuning.sm90 <= 0) {
-    cuda::attn::Tuning lanes = spec.tuning;
-    lanes.lane_pages = 1;
-    const GpuResult lane = run_on_gpu(c, lanes);
-    EXPECT_EQ(lane.kernel, cuda::attn::Kernel::sm80);
-    expect_matches_oracle(lane, "lane page ids");
+    cuda::attn::Tuning rows = spec.tuning;
+    rows.lane_pages = 0;
+    const GpuResult per_row = run_on_gpu(c, rows);
+    EXPECT_EQ(per_row.kernel, cuda::attn::Kernel::sm80);
+    expect_matches_oracle(per_row, "per-row page ids");
     if (first.kernel == cuda::attn::Kernel::sm80) {
-      EXPECT_TRUE(same_bytes(first.out, lane.out)) << "lane page ids change the output bits";
+      EXPECT_TRUE(same_bytes(first.out, per_row.out)) << "lane page ids change the output bits";
       if (spec.with_lse) {
-        EXPECT_TRUE(same_bytes(first.lse, lane.lse)) << "lane page ids change the lse bits";
+        EXPECT_TRUE(same_bytes(first.lse, per_row.lse)) << "lane page ids change the lse bits";
       }
     }
   }

@@ -165,7 +165,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   }
   c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
   c.page_runs = tune.page_runs == 0 ? 0 : 1;
-  c.lane_pages = tune.lane_pages == 1 ? 1 : 0;  // not measured yet: off unless asked for
+  // Lane page ids on unless turned off (0a0271b, H200, b64 x 8K page 1 / 8: 498 / 499 us against the per-row
+  // path's 584 / 587; h 16/2 b128 x 4K page 1: 137 against 157; same bits).
+  c.lane_pages = tune.lane_pages == 0 ? 0 : 1;
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).

@@ -81,8 +81,8 @@ struct Tuning {
   // boxes for whole tiles.
   int sm90_tma = -1;
   // Portable kernel's decode / verify tiles (MT = 1) on pages too small for runs (or page runs off): -1
-  // default (off), 0 off, 1 one lane per key row looks up its page id once per tile and the loading lanes
-  // take the slots by shuffle.
+  // default (on), 0 off (per-row page-id lookups), 1 on: one lane per key row looks up its page id once per
+  // tile and the loading lanes take the slots by shuffle.
   int lane_pages = -1;
 };
 
