@@ -39,14 +39,12 @@ void fill_lse(HostTensor& s, std::mt19937_64& g, double p_neg_inf) {
   for (int64_t i = 0; i < s.numel(); ++i) s.set(i, inf(g) ? -INFINITY : u(g));
 }
 
-void check_merge_states(DType in_t, DType out_t, int n, std::mt19937_64& g) {
-  const int tokens = 37, heads = 5, d = 128, rows = tokens * heads;
-  HostTensor v(in_t, {n, tokens, heads, d}), s(DType::f32, {n, tokens, heads});
-  fill_uniform(v, g, -2.f, 2.f);
-  fill_lse(s, g, 0.25);
-  for (int p = 0; p < n; ++p) s.set(int64_t(p) * rows + 3, -INFINITY);  // row 3: every part empty
-  HostTensor ref(DType::f32, {tokens, heads, d}), sref(DType::f32, {tokens, heads});
-  merge_states({.v_parts = v.view, .s_parts = s.view, .v_out = ref.view, .s_out = sref.view});
+// The tolerance rule's (values, lses) for parts v [n, tokens, heads, d], s [n, tokens, heads] merged into the
+// oracle's ref / sref: from the float32 merge's distance to the oracle.
+std::pair<double, double> rule_tolerances(const HostTensor& v, const HostTensor& s, const HostTensor& ref,
+                                          const HostTensor& sref, DType out_t) {
+  const int n = int(v.view.size(0)), d = int(v.view.size(3));
+  const int rows = int(v.view.size(1) * v.view.size(2));
   std::vector<std::vector<float>> vv(static_cast<size_t>(n)), ss(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) {
     for (int i = 0; i < rows * d; ++i) vv[size_t(p)].push_back(v.get(int64_t(p) * rows * d + i));
@@ -54,8 +52,19 @@ void check_merge_states(DType in_t, DType out_t, int n, std::mt19937_64& g) {
   }
   std::vector<double> f32_out, f32_s;
   merge_f32(vv, ss, rows, d, f32_out, f32_s);
-  const double tol = tolerance_by_rule(rel_l2(f32_out, to_doubles(ref)), out_t);
-  const double tol_s = tolerance_by_rule(rel_l2(f32_s, to_doubles(sref)), DType::f32) + 1e-6;
+  return {tolerance_by_rule(rel_l2(f32_out, to_doubles(ref)), out_t),
+          tolerance_by_rule(rel_l2(f32_s, to_doubles(sref)), DType::f32) + 1e-6};
+}
+
+void check_merge_states(DType in_t, DType out_t, int n, std::mt19937_64& g, int d = 128) {
+  const int tokens = 37, heads = 5, rows = tokens * heads;
+  HostTensor v(in_t, {n, tokens, heads, d}), s(DType::f32, {n, tokens, heads});
+  fill_uniform(v, g, -2.f, 2.f);
+  fill_lse(s, g, 0.25);
+  for (int p = 0; p < n; ++p) s.set(int64_t(p) * rows + 3, -INFINITY);  // row 3: every part empty
+  HostTensor ref(DType::f32, {tokens, heads, d}), sref(DType::f32, {tokens, heads});
+  merge_states({.v_parts = v.view, .s_parts = s.view, .v_out = ref.view, .s_out = sref.view});
+  const auto [tol, tol_s] = rule_tolerances(v, s, ref, sref, out_t);
 
   DeviceTensor dv(v), ds(s);
   HostTensor out_h(out_t, {tokens, heads, d}), s_h(DType::f32, {tokens, heads});
@@ -86,6 +95,57 @@ TEST(GpuMerge, MergeStatesDtypes) {
     check_merge_states(in_t, out_t, 5, g);
   }
   check_merge_states(DType::f32, DType::f16, 1, g);  // a single part passes through
+  // Head dims the 16-byte path does not divide (it falls back to one element a thread) and MLA's 512.
+  check_merge_states(DType::bf16, DType::bf16, 3, g, 100);
+  check_merge_states(DType::f32, DType::f32, 3, g, 37);
+  check_merge_states(DType::f32, DType::bf16, 4, g, 512);
+}
+
+// The kernel reads 16 bytes a thread where dims, strides and pointers allow, else one element: the same
+// parts given contiguously and as a view into rows padded by one element (offset one element: neither
+// pointer nor strides aligned) must give the same bits (same arithmetic at either width).
+TEST(GpuMerge, VectorAndElementWidthsGiveTheSameBits) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Case {
+    DType in_t, out_t;
+    int n, d;
+  };
+  for (const Case k : {Case{DType::bf16, DType::bf16, 3, 128}, Case{DType::f32, DType::bf16, 4, 512},
+                       Case{DType::f16, DType::f32, 2, 64}, Case{DType::f32, DType::f32, 3, 100}}) {
+    SCOPED_TRACE(std::string(dtype_name(k.in_t)) + " -> " + std::string(dtype_name(k.out_t)) + " d " +
+                 std::to_string(k.d));
+    const int tokens = 19, heads = 3, n = k.n, d = k.d;
+    HostTensor padded(k.in_t, {n, tokens, heads, d + 1}), v(k.in_t, {n, tokens, heads, d});
+    HostTensor s(DType::f32, {n, tokens, heads});
+    fill_uniform(padded, g, -2.f, 2.f);
+    fill_lse(s, g, 0.25);
+    for (int64_t r = 0; r < v.numel() / d; ++r)
+      for (int e = 0; e < d; ++e) v.set(r * d + e, padded.get(r * (d + 1) + 1 + e));
+    HostTensor ref(DType::f32, {tokens, heads, d}), sref(DType::f32, {tokens, heads});
+    merge_states({.v_parts = v.view, .s_parts = s.view, .v_out = ref.view, .s_out = sref.view});
+    const auto [tol, tol_s] = rule_tolerances(v, s, ref, sref, k.out_t);
+    DeviceTensor dv(v), dpad(padded), ds(s);
+    HostTensor out_h(k.out_t, {tokens, heads, d}), s_h(DType::f32, {tokens, heads});
+    DeviceTensor dout(out_h), dsout(s_h);
+    HostTensor wide, wide_s;
+    for (const bool offset : {false, true}) {
+      dout.poison();
+      dsout.poison();
+      const TensorView parts = offset ? dpad.view.slice(3, 1, d + 1) : dv.view;
+      merge_states({.v_parts = parts, .s_parts = ds.view, .v_out = dout.view, .s_out = dsout.view});
+      HostTensor got = dout.download(out_h), got_s = dsout.download(s_h);
+      EXPECT_LE(rel_l2(to_doubles(got), to_doubles(ref)), tol);
+      EXPECT_LE(rel_l2(to_doubles(got_s), to_doubles(sref)), tol_s);
+      if (!offset) {
+        wide = got;
+        wide_s = got_s;
+      } else {
+        EXPECT_TRUE(same_bytes(wide, got)) << "the element-wide path changes the output bits";
+        EXPECT_TRUE(same_bytes(wide_s, got_s)) << "the element-wide path changes the lse bits";
+      }
+    }
+  }
 }
 
 TEST(GpuMerge, MergeStateTwoParts) {
