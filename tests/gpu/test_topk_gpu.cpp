@@ -8,7 +8,8 @@
 // topk_op::Emit), each against the oracle; they are checked on the rows that defeat the
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
-// the direct (unstaged) emit too, and a CUDA graph's replays against eager runs.
+// the direct (unstaged) emit too, and a CUDA graph's replays against eager runs. Session 7's opt-in
+// variants (the L2 prefetch, topk_op::Tuning) run every check too, with one CTA and clusters of 8.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -36,6 +37,7 @@ struct KernelChoice {
   int cluster;         // CTAs per row (cuda::set_topk_cluster; 0: the plan's)
   bool masks = false;  // the sampled kernel's emit: kept masks (true) or the recount (cuda::set_topk_emit)
   const char* name;
+  bool l2_prefetch = false;  // the sampled kernel's long rows prefetch their steps into L2 (cuda::set_topk_l2_prefetch)
 };
 std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
@@ -45,7 +47,10 @@ std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 4, true, "sampled, clusters of 4 CTAs per row, kept-masks emit"},
-    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"}};
+    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"},
+    // Session 7's opt-in variants (topk_op::Tuning), with the default emit, one CTA and clusters of 8.
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, kept-masks emit, L2 prefetch", true},
+    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit, L2 prefetch", true}};
 
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
@@ -54,10 +59,12 @@ void for_each_path(const std::function<void()>& fn) {
     cuda::set_topk_path(c.path);
     cuda::set_topk_cluster(c.cluster);
     cuda::set_topk_emit(c.masks ? cuda::TopkEmit::kept_masks : cuda::TopkEmit::recount);
+    cuda::set_topk_l2_prefetch(c.l2_prefetch);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
     cuda::set_topk_emit(cuda::TopkEmit::automatic);
+    cuda::set_topk_l2_prefetch(false);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }

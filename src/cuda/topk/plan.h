@@ -73,8 +73,9 @@ struct Plan {
   Select select = Select::global;  // never automatic in a plan
   int cluster = 1;                 // CTAs per row (a thread-block cluster; sampled kernel on sm_90 only)
   Emit emit = Emit::recount;       // the sampled kernel's emit (never automatic in a plan; the global kernel: recount)
-  std::size_t smem = 0;            // dynamic shared memory per CTA (sampled kernel; 0 for global)
-  std::size_t ws_bytes = 0;        // the radix select keeps everything in shared memory
+  bool l2_prefetch = false;  // the sampled kernel prefetches its rows' next steps into L2 (Tuning only, unmeasured)
+  std::size_t smem = 0;      // dynamic shared memory per CTA (sampled kernel; 0 for global)
+  std::size_t ws_bytes = 0;  // the radix select keeps everything in shared memory
 };
 
 // Optional override (benchmarks and tests only; the launcher maps its TopkPath onto it): a sampled
@@ -84,6 +85,10 @@ struct Tuning {
   int threads = 0;  // 256 or 1024 forces the CTA size; 0 keeps the plan's
   int cluster = 0;  // 1, 2, 4 or 8 forces the CTAs per row (sampled kernel, sm_90; else 1); 0 keeps the plan's
   Emit emit = Emit::automatic;  // recount or kept_masks forces the sampled kernel's emit
+  // The sampled kernel's long rows (> kWholeRow) prefetch their filter's steps into L2 (session 7, opt-in until
+  // measured): the first kPrefetchSteps of every warp before the sample's threshold is known, so the row
+  // streams from HBM while the threshold is found, then kUnroll steps ahead per filter iteration.
+  bool l2_prefetch = false;
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

@@ -30,6 +30,7 @@ int g_threads = 0;
 int g_cluster = 0;
 bool g_direct_emit = false;
 TopkEmit g_emit = TopkEmit::automatic;
+bool g_l2_prefetch = false;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
@@ -118,7 +119,7 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
                                                                                  plan.smem, s);
 }
 
-topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit) {
+topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, bool l2_prefetch) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
@@ -127,6 +128,7 @@ topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit
   t.emit = emit == TopkEmit::kept_masks ? topk_op::Emit::kept_masks
            : emit == TopkEmit::recount  ? topk_op::Emit::recount
                                         : topk_op::Emit::automatic;
+  t.l2_prefetch = l2_prefetch;
   return t;
 }
 
@@ -139,6 +141,7 @@ void set_topk_threads(int threads) { g_threads = threads; }
 void set_topk_cluster(int ctas) { g_cluster = ctas; }
 void set_topk_direct_emit(bool direct) { g_direct_emit = direct; }
 void set_topk_emit(TopkEmit emit) { g_emit = emit; }
+void set_topk_l2_prefetch(bool on) { g_l2_prefetch = on; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -149,7 +152,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
   const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
-                                                tuning_of(g_topk_path, g_threads, g_cluster, g_emit));
+                                                tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -185,6 +188,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const bool wide = plan.kernel == topk_op::Kernel::rows_1024;
   p.direct_emit = g_direct_emit ? 1 : 0;
   p.debug_stop = g_debug_stop;
+  p.l2_prefetch = plan.l2_prefetch ? 1 : 0;
   if (wide) launch<1024>(plan, p, unsigned(rows), s);
   else launch<256>(plan, p, unsigned(rows), s);
   ATTNSERVE_CUDA_CHECK_LAUNCH();

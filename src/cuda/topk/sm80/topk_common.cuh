@@ -35,6 +35,7 @@ struct TopkParams {
   int64_t offset_stride;
   int direct_emit;  // benchmarks only: the sampled kernel stores its outputs directly (no shared-memory staging)
   int debug_stop;   // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
+  int l2_prefetch;  // the sampled kernel's long rows prefetch their filter's steps into L2 (Plan::l2_prefetch)
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,

@@ -25,5 +25,8 @@ void set_topk_direct_emit(bool direct);
 // pass's selection masks kept in a register, the plan's default) or the plan's (automatic), for A/Bs.
 enum class TopkEmit : int { automatic = 0, recount = 1, kept_masks = 2 };
 void set_topk_emit(TopkEmit emit);
+// Benchmarks and tests: the sampled kernel's long rows prefetch their filter's steps into L2
+// (topk_op::Tuning::l2_prefetch; off, the plan's default, unless set).
+void set_topk_l2_prefetch(bool on);
 
 }  // namespace attnserve::cuda

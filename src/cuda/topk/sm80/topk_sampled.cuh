@@ -183,6 +183,18 @@ __device__ __forceinline__ float key_threshold_float(uint32_t t) {
 
 __device__ __forceinline__ uint32_t warp_sum(uint32_t v) { return __reduce_add_sync(ptx::kFullMask, v); }
 
+// ---- L2 prefetch of the filter's steps (TopkParams::l2_prefetch; opt-in, unmeasured)
+// A warp's steps are first, first + stride, ... (128 values = 512 bytes each); lane l prefetches the 128-byte
+// line l % 4 of the (l / 4)-th of the n <= 8 steps from `first` (a step that starts mid-line leaves its last
+// partial line to the demand load, or to the next step's prefetch). No data comes back: nothing waits on it.
+constexpr int kPrefetchSteps = 8;  // steps per warp prefetched before the threshold is known (4 KB a warp)
+__device__ __forceinline__ void prefetch_steps_l2(const float4* q4, int32_t nq, int32_t first, int32_t stride, int n) {
+  const int lane = threadIdx.x & 31;
+  if ((lane >> 2) >= n) return;
+  const int32_t q = (first + (lane >> 2) * stride) * 32 + (lane & 3) * 8;  // 8 quads: one 128-byte line
+  if (q < nq) asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(q4 + q)));
+}
+
 // ---- thread-block clusters (sm_90; compiled out below, where every launch is one CTA per row)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 constexpr bool kHaveClusters = true;
@@ -452,6 +464,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     for (int c = 0; c < kChunksPerWarp; ++c)  // keys directly: the sample is only ranked
       reinterpret_cast<uint4*>(seg_bits + c * 128)[lane] =
           make_uint4(topk_key(v[c].x), topk_key(v[c].y), topk_key(v[c].z), topk_key(v[c].w));
+    const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
+    const int32_t first_step = int32_t(rank) * kWarps + warp;
+    // The row streams into L2 while the threshold is found (after the sample's loads: they come first).
+    if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
     if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
     __syncthreads();
     if (p.debug_stop == 2) return;
@@ -476,8 +492,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
       const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
       push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
     }
-    const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
-    for (int32_t s0 = int32_t(rank) * kWarps + warp; s0 < steps; s0 += wstride * kUnroll) {
+    static_assert(kPrefetchSteps % kUnroll == 0 && kUnroll <= 8, "prefetched steps: whole iterations, 8 per warp");
+    for (int32_t s0 = first_step; s0 < steps; s0 += wstride * kUnroll) {
+      // kPrefetchSteps ahead: this iteration's steps were prefetched one or two iterations (or the threshold) ago.
+      if (p.l2_prefetch) prefetch_steps_l2(q4, nq, s0 + kPrefetchSteps * wstride, wstride, kUnroll);
       float4 v4[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
