@@ -5,7 +5,8 @@
 // " [cluster N]" N CTAs per row (1: none), " [direct emit]" the sampled kernel's unstaged output stores,
 // " [mask emit]" / " [recount emit]" its emit forced to keep the count pass's masks (topk_op::Emit::kept_masks,
 // the default) or to recount, for A/Bs in one process. " [s7 A/B: <variant>]": session 7's opt-in variants
-// (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch) beside " [s7 A/B: default]", the plan's choice.
+// (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch; " [s7 A/B: lean emit]": Emit::kept_masks_lean)
+// beside " [s7 A/B: default]", the plan's choice.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -15,6 +16,7 @@
 // Usage: bench_topk [--quick] [filter-substring]
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,7 @@ enum class Fill { uniform, normal, ties16 };
 struct S7Variant {
   const char* name;
   bool l2_prefetch;  // cuda::set_topk_l2_prefetch
+  bool lean_emit;    // cuda::TopkEmit::kept_masks_lean
 };
 
 // N(0, 1) by Box-Muller on two hashes (what the same-run peer harness feeds: torch.randn).
@@ -128,6 +131,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_direct_emit(direct);
   cuda::set_topk_emit(emit);
   cuda::set_topk_l2_prefetch(s7 && s7->l2_prefetch);
+  if (s7 && s7->lean_emit) cuda::set_topk_emit(cuda::TopkEmit::kept_masks_lean);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -169,17 +173,24 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
 // Session 7's opt-in variants (topk_op::Tuning) against the default, adjacent rows per shape, two rounds
 // ("s7 A/B" selects them all).
 void bench_s7_variants() {
-  static const S7Variant kDefault{"default", false}, kPrefetch{"l2 prefetch", true};
+  static const S7Variant kDefault{"default", false, false}, kPrefetch{"l2 prefetch", true, false},
+      kLean{"lean emit", false, true}, kBoth{"l2 prefetch + lean emit", true, true};
   struct Shape {
     int64_t rows, width;
   };
   const TopkTransform none = TopkTransform::none;
-  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}, Shape{128, 128 << 10}, Shape{128, 16 << 10},
-                         Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}})
+  const auto ab = [&](Shape sh, std::initializer_list<const S7Variant*> variants) {
     for (int round = 0; round < 2; ++round)
-      for (const S7Variant* v : {&kDefault, &kPrefetch})
+      for (const S7Variant* v : variants)
         bench_case(sh.rows, sh.width, 2048, none, round ? "round 2" : "round 1", Fill::normal,
                    cuda::TopkPath::automatic, 0, false, 0, 0, false, cuda::TopkEmit::automatic, v);
+  };
+  // Rows the filter streams (the prefetch applies): every variant.
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}, Shape{128, 128 << 10}, Shape{128, 16 << 10},
+                         Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}, Shape{4096, 8 << 10}})
+    ab(sh, {&kDefault, &kPrefetch, &kLean, &kBoth});
+  // Whole rows (loaded whole: no prefetch): the emits.
+  for (const Shape sh : {Shape{8192, 4 << 10}, Shape{128, 4 << 10}, Shape{1, 4 << 10}}) ab(sh, {&kDefault, &kLean});
   // Where the time moves: the end of the filter (phase 4; a cluster's rows gathered into CTA 0).
   for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}})
     for (const S7Variant* v : {&kDefault, &kPrefetch})

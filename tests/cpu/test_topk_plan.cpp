@@ -1,7 +1,7 @@
 // Top-k's plan (src/cuda/topk/plan.h) on fabricated devices: the algorithm (sampled when its shared
 // memory fits, else global; a forced choice), the threads per row, the CTAs per row (clusters for lone
-// long rows on sm_90), the sampled kernel's emit (the kept masks unless forced), its L2 prefetch (only
-// forced), the shared-memory count.
+// long rows on sm_90), the sampled kernel's emit (the kept masks unless forced; the lean one only forced),
+// its L2 prefetch (only forced), the shared-memory count.
 // Host code.
 #include <gtest/gtest.h>
 
@@ -131,6 +131,22 @@ TEST(TopkPlan, EmitIsTheRecountUnlessForced) {
   EXPECT_EQ(make_plan(kShort, kH200, {.cluster = 4, .emit = Emit::kept_masks}).cluster, 4);
   EXPECT_EQ(make_plan(kLong, kTiny, {.emit = Emit::kept_masks}).emit, Emit::recount);  // global: no shared memory
   EXPECT_STREQ(emit_name(Emit::kept_masks), "kept_masks");
+}
+
+// Session 7's lean kept-masks emit: only when forced, and the global kernel keeps the recount.
+TEST(TopkPlan, LeanEmitOnlyWhenForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_NE(plan.emit, Emit::kept_masks_lean);
+      const auto forced = make_plan(prob, caps, {.emit = Emit::kept_masks_lean});
+      EXPECT_EQ(forced.emit, forced.select == Select::sampled ? Emit::kept_masks_lean : Emit::recount)
+          << caps.arch << " width " << prob.width;
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.smem, plan.smem);
+    }
+  EXPECT_STREQ(emit_name(Emit::kept_masks_lean), "kept_masks_lean");
 }
 
 // Session 7's L2 prefetch of the sampled kernel's long rows: off unless forced (unmeasured), and never on the

@@ -4,12 +4,13 @@
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
 // give identical bits. Every check runs the sampled kernel eight ways (one CTA per row, and a cluster of
 // 2, 4 and 8 CTAs per row: on sm_90 the CTAs split the row's filter and gather into CTA 0; elsewhere
-// the same one-CTA launch; each with both emits: the recount (the default) and the kept masks,
+// the same one-CTA launch; each with both emits: the recount and the kept masks (the default),
 // topk_op::Emit), each against the oracle; they are checked on the rows that defeat the
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
 // the direct (unstaged) emit too, and a CUDA graph's replays against eager runs. Session 7's opt-in
-// variants (the L2 prefetch, topk_op::Tuning) run every check too, with one CTA and clusters of 8.
+// variants (topk_op::Tuning) run every check too: the L2 prefetch with one CTA and clusters of 8, the lean
+// kept-masks emit with one CTA (and the graph replays).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -38,6 +39,7 @@ struct KernelChoice {
   bool masks = false;  // the sampled kernel's emit: kept masks (true) or the recount (cuda::set_topk_emit)
   const char* name;
   bool l2_prefetch = false;  // the sampled kernel's long rows prefetch their steps into L2 (cuda::set_topk_l2_prefetch)
+  bool lean_emit = false;    // the kept-masks emit's lean count and stores (TopkEmit::kept_masks_lean; masks implied)
 };
 std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
@@ -48,9 +50,11 @@ std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 4, true, "sampled, clusters of 4 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"},
-    // Session 7's opt-in variants (topk_op::Tuning), with the default emit, one CTA and clusters of 8.
+    // Session 7's opt-in variants (topk_op::Tuning): the L2 prefetch with the default emit, one CTA and clusters
+    // of 8; the lean emit (whole rows, long rows and the ragged transform take it; the others its fallback).
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, kept-masks emit, L2 prefetch", true},
-    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit, L2 prefetch", true}};
+    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit, L2 prefetch", true},
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean kept-masks emit", false, true}};
 
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
@@ -58,7 +62,9 @@ void for_each_path(const std::function<void()>& fn) {
     SCOPED_TRACE(std::string("kernel ") + c.name);
     cuda::set_topk_path(c.path);
     cuda::set_topk_cluster(c.cluster);
-    cuda::set_topk_emit(c.masks ? cuda::TopkEmit::kept_masks : cuda::TopkEmit::recount);
+    cuda::set_topk_emit(c.lean_emit ? cuda::TopkEmit::kept_masks_lean
+                        : c.masks   ? cuda::TopkEmit::kept_masks
+                                    : cuda::TopkEmit::recount);
     cuda::set_topk_l2_prefetch(c.l2_prefetch);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
@@ -343,11 +349,9 @@ struct ForcePath {
 };
 
 // The sampled kernel's emit for one scope (the plan's after it, also when an ASSERT leaves the test).
-struct ForceMaskEmit {
-  explicit ForceMaskEmit(bool masks) {
-    cuda::set_topk_emit(masks ? cuda::TopkEmit::kept_masks : cuda::TopkEmit::recount);
-  }
-  ~ForceMaskEmit() { cuda::set_topk_emit(cuda::TopkEmit::automatic); }
+struct ForceEmit {
+  explicit ForceEmit(cuda::TopkEmit emit) { cuda::set_topk_emit(emit); }
+  ~ForceEmit() { cuda::set_topk_emit(cuda::TopkEmit::automatic); }
 };
 
 }  // namespace
@@ -522,20 +526,23 @@ TEST(TopkGpu, ClusterGatherOverflowGoesToTheFallback) {
 }
 
 // CUDA-graph replays of top-k (the plan's choice: clusters of 8, 4 and 2 CTAs for lone long rows on sm_90,
-// whole rows, the sampled regime; both emits) equal eager runs bit for bit, and the oracle.
+// whole rows, the sampled regime; the three emits) equal eager runs bit for bit, and the oracle.
 TEST(TopkGpu, GraphReplayEqualsEager) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   struct Shape {
     int64_t rows, width, k;
   };
-  for (const bool masks : {false, true})
+  for (const cuda::TopkEmit emit_kind :
+       {cuda::TopkEmit::recount, cuda::TopkEmit::kept_masks, cuda::TopkEmit::kept_masks_lean})
     for (const Shape sh :
          {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
           Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
-      SCOPED_TRACE(std::string(masks ? "kept-masks emit" : "recount emit") + " rows " + std::to_string(sh.rows) +
-                   " width " + std::to_string(sh.width));
-      const ForceMaskEmit emit(masks);
+      SCOPED_TRACE(std::string(emit_kind == cuda::TopkEmit::recount      ? "recount emit"
+                               : emit_kind == cuda::TopkEmit::kept_masks ? "kept-masks emit"
+                                                                         : "lean kept-masks emit") +
+                   " rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
+      const ForceEmit emit(emit_kind);
       TopkProblem p(sh.rows, sh.width, sh.k);
       fill_normal(p.row(0), p.rows * p.width, g);
       p.lengths.ptr<int32_t>()[0] = int32_t(sh.width - 3);

@@ -39,11 +39,15 @@ const char* select_name(Select s);
 // How the sampled kernel's emit (step 4 of topk_sampled.cuh) finds each lane's selected entries. A
 // compile-time variant of the one kernel (its template argument kKeepMasks).
 enum class Emit : int {
-  automatic = 0,   // Tuning only: the plan's choice (kept_masks)
-  recount = 1,     // the count pass and the store pass each test every quad (measured: 6aa3058)
-  kept_masks = 2,  // the count pass's 4-bit masks stay in a register for the store pass, which reads only
-                   // the positions of quads with a selected entry; a select that ended on key bits tests
-                   // the key alone. The default (measured: 610e825, bench/NOTES.md session 7)
+  automatic = 0,        // Tuning only: the plan's choice (kept_masks)
+  recount = 1,          // the count pass and the store pass each test every quad (measured: 6aa3058)
+  kept_masks = 2,       // the count pass's 4-bit masks stay in a register for the store pass, which reads only
+                        // the positions of quads with a selected entry; a select that ended on key bits tests
+                        // the key alone. The default (measured: 610e825, bench/NOTES.md session 7)
+  kept_masks_lean = 3,  // kept_masks, and where the select ended on key bits and the outputs are staged positions
+                        // (transform none or ragged): one compare per key with the whole threshold key, and
+                        // branch-free predicated stores at popc-derived slots (the same outputs; session 7,
+                        // opt-in, unmeasured; a runtime flag of the kept-masks kernel)
 };
 const char* emit_name(Emit e);
 

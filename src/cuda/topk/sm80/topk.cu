@@ -110,8 +110,8 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
     topk_detail::topk_global_kernel<kThreads><<<rows, kThreads, 0, s>>>(p);
     return;
   }
-  // The emit is a compile-time variant of the one kernel (kKeepMasks).
-  if (plan.emit == topk_op::Emit::kept_masks)
+  // The emit is a compile-time variant of the one kernel (kKeepMasks; the lean one a runtime flag of it).
+  if (plan.emit == topk_op::Emit::kept_masks || plan.emit == topk_op::Emit::kept_masks_lean)
     launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true>>(p, rows, kThreads, plan.cluster,
                                                                                 plan.smem, s);
   else
@@ -125,9 +125,10 @@ topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
   t.threads = threads;
   t.cluster = cluster;
-  t.emit = emit == TopkEmit::kept_masks ? topk_op::Emit::kept_masks
-           : emit == TopkEmit::recount  ? topk_op::Emit::recount
-                                        : topk_op::Emit::automatic;
+  t.emit = emit == TopkEmit::kept_masks        ? topk_op::Emit::kept_masks
+           : emit == TopkEmit::kept_masks_lean ? topk_op::Emit::kept_masks_lean
+           : emit == TopkEmit::recount         ? topk_op::Emit::recount
+                                               : topk_op::Emit::automatic;
   t.l2_prefetch = l2_prefetch;
   return t;
 }
@@ -189,6 +190,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   p.direct_emit = g_direct_emit ? 1 : 0;
   p.debug_stop = g_debug_stop;
   p.l2_prefetch = plan.l2_prefetch ? 1 : 0;
+  p.lean_emit = plan.emit == topk_op::Emit::kept_masks_lean ? 1 : 0;
   if (wide) launch<1024>(plan, p, unsigned(rows), s);
   else launch<256>(plan, p, unsigned(rows), s);
   ATTNSERVE_CUDA_CHECK_LAUNCH();

@@ -281,12 +281,27 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
   // A select that ended on key bits (no position pass: pshift 31, pprefix 0) selects by the key alone:
   // at_or_above(key, rp) is then shr32(key, kshift) >= kprefix for every rp (used by the kKeepMasks emit).
   const bool key_only = kKeepMasks && st.pshift == 31;
+  // The lean emit (TopkParams::lean_emit, topk_op::Emit::kept_masks_lean; opt-in, unmeasured), where the select
+  // ended on key bits and the outputs are staged positions (+ the ragged offset): the count pass compares each
+  // key with the whole threshold key (one compare, no shift), and the store pass writes each selected entry
+  // by a predicated store at its slot (the count of the quad's lower selected entries), with no branch and no
+  // transform switch per entry. The same slots and values as the kept-masks emit: the same bits out.
+  const bool lean = kKeepMasks && p.lean_emit && key_only && staged &&
+                    (p.transform == int(TopkTransform::none) || p.transform == int(TopkTransform::ragged));
+  const uint32_t lean_thr = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // key >= it <=> at_or_above
+  const uint32_t lean_add =
+      lean && p.transform == int(TopkTransform::ragged) ? uint32_t(p.offsets[row * p.offset_stride]) : 0u;
   // The selected entries of quad q among its first n - 4q: bit e for entry 4q + e (p4: the quad's positions,
   // unless key_only).
   auto selected4 = [&](uint32_t q, uint4& p4) {
     uint32_t m = 0;
     if (4 * q < n) {
       const uint4 k4 = key4[q];
+      if (lean) {  // the threshold key; then the entries past n cut off
+        m = uint32_t(k4.x >= lean_thr) | uint32_t(k4.y >= lean_thr) << 1 | uint32_t(k4.z >= lean_thr) << 2 |
+            uint32_t(k4.w >= lean_thr) << 3;
+        return 4 * q + 4 <= n ? m : m & ((1u << (n - 4 * q)) - 1u);
+      }
       if (key_only) {
         const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
@@ -340,6 +355,14 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
                     4u * uint32_t(__popc(b2 & lanes_below));
     slot0 += uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2));
     const uint32_t pp[4] = {p4.x, p4.y, p4.z, p4.w};
+    if (lean) {  // warp-uniform; slot + (selected entries of the quad below e); k selected in all: slot < k
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t se = slot + uint32_t(__popc(m & ((1u << e) - 1u)));
+        if (((m >> e) & 1u) && se < uint32_t(k)) S.hist[se + pad] = pp[e] + lean_add;
+      }
+      continue;
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if ((m >> e) & 1u) {
