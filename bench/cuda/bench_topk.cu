@@ -5,8 +5,8 @@
 // " [cluster N]" N CTAs per row (1: none), " [direct emit]" the sampled kernel's unstaged output stores,
 // " [mask emit]" / " [recount emit]" its emit forced to keep the count pass's masks (topk_op::Emit::kept_masks,
 // the default) or to recount, for A/Bs in one process. " [s7 A/B: <variant>]": session 7's opt-in variants
-// (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch; " [s7 A/B: lean emit]": Emit::kept_masks_lean)
-// beside " [s7 A/B: default]", the plan's choice.
+// (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch; " [s7 A/B: lean emit]": Emit::kept_masks_lean;
+// " [s7 A/B: lean select]": Tuning::lean_select) beside " [s7 A/B: default]", the plan's choice.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -35,6 +35,7 @@ struct S7Variant {
   const char* name;
   bool l2_prefetch;  // cuda::set_topk_l2_prefetch
   bool lean_emit;    // cuda::TopkEmit::kept_masks_lean
+  bool lean_select;  // cuda::set_topk_lean_select
 };
 
 // N(0, 1) by Box-Muller on two hashes (what the same-run peer harness feeds: torch.randn).
@@ -132,6 +133,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_emit(emit);
   cuda::set_topk_l2_prefetch(s7 && s7->l2_prefetch);
   if (s7 && s7->lean_emit) cuda::set_topk_emit(cuda::TopkEmit::kept_masks_lean);
+  cuda::set_topk_lean_select(s7 && s7->lean_select);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -168,13 +170,16 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_direct_emit(false);
   cuda::set_topk_emit(cuda::TopkEmit::automatic);
   cuda::set_topk_l2_prefetch(false);
+  cuda::set_topk_lean_select(false);
 }
 
 // Session 7's opt-in variants (topk_op::Tuning) against the default, adjacent rows per shape, two rounds
 // ("s7 A/B" selects them all).
 void bench_s7_variants() {
-  static const S7Variant kDefault{"default", false, false}, kPrefetch{"l2 prefetch", true, false},
-      kLean{"lean emit", false, true}, kBoth{"l2 prefetch + lean emit", true, true};
+  static const S7Variant kDefault{"default", false, false, false}, kPrefetch{"l2 prefetch", true, false, false},
+      kLeanEmit{"lean emit", false, true, false}, kLeanSelect{"lean select", false, false, true},
+      kLean{"lean emit + lean select", false, true, true},
+      kAll{"l2 prefetch + lean emit + lean select", true, true, true};
   struct Shape {
     int64_t rows, width;
   };
@@ -188,9 +193,10 @@ void bench_s7_variants() {
   // Rows the filter streams (the prefetch applies): every variant.
   for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}, Shape{128, 128 << 10}, Shape{128, 16 << 10},
                          Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}, Shape{4096, 8 << 10}})
-    ab(sh, {&kDefault, &kPrefetch, &kLean, &kBoth});
+    ab(sh, {&kDefault, &kPrefetch, &kLeanEmit, &kLeanSelect, &kAll});
   // Whole rows (loaded whole: no prefetch): the emits.
-  for (const Shape sh : {Shape{8192, 4 << 10}, Shape{128, 4 << 10}, Shape{1, 4 << 10}}) ab(sh, {&kDefault, &kLean});
+  for (const Shape sh : {Shape{8192, 4 << 10}, Shape{128, 4 << 10}, Shape{1, 4 << 10}})
+    ab(sh, {&kDefault, &kLeanEmit, &kLeanSelect, &kLean});
   // Where the time moves: the end of the filter (phase 4; a cluster's rows gathered into CTA 0).
   for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}})
     for (const S7Variant* v : {&kDefault, &kPrefetch})

@@ -167,5 +167,22 @@ TEST(TopkPlan, L2PrefetchOnlyWhenForced) {
   EXPECT_FALSE(make_plan(kLong, kH200, {.select = Select::global, .l2_prefetch = true}).l2_prefetch);
 }
 
+// Session 7's lean select (the sampled kernel's key-digit histograms): off unless forced, never on the global
+// kernel, nothing else of the plan changed.
+TEST(TopkPlan, LeanSelectOnlyWhenForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_FALSE(plan.lean_select);
+      const auto forced = make_plan(prob, caps, {.lean_select = true});
+      EXPECT_EQ(forced.lean_select, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(forced.select, plan.select);
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.emit, plan.emit);
+      EXPECT_FALSE(forced.l2_prefetch);
+    }
+}
+
 }  // namespace
 }  // namespace attnserve

@@ -9,8 +9,8 @@
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
 // the direct (unstaged) emit too, and a CUDA graph's replays against eager runs. Session 7's opt-in
-// variants (topk_op::Tuning) run every check too: the L2 prefetch with one CTA and clusters of 8, the lean
-// kept-masks emit with one CTA (and the graph replays).
+// variants (topk_op::Tuning) run every check too: the L2 prefetch, the lean kept-masks emit and the lean
+// select each with one CTA per row, all three with clusters of 8 (the lean emit also in the graph replays).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +40,7 @@ struct KernelChoice {
   const char* name;
   bool l2_prefetch = false;  // the sampled kernel's long rows prefetch their steps into L2 (cuda::set_topk_l2_prefetch)
   bool lean_emit = false;    // the kept-masks emit's lean count and stores (TopkEmit::kept_masks_lean; masks implied)
+  bool lean_select = false;  // the lean key-digit histograms (cuda::set_topk_lean_select)
 };
 std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
@@ -50,11 +51,14 @@ std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 4, true, "sampled, clusters of 4 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"},
-    // Session 7's opt-in variants (topk_op::Tuning): the L2 prefetch with the default emit, one CTA and clusters
-    // of 8; the lean emit (whole rows, long rows and the ragged transform take it; the others its fallback).
-    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, kept-masks emit, L2 prefetch", true},
-    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit, L2 prefetch", true},
-    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean kept-masks emit", false, true}};
+    // Session 7's opt-in variants (topk_op::Tuning) with the default emit's masks: each alone with one CTA per row,
+    // all three with clusters of 8 (the lean emit: whole rows, long rows and the ragged transform take it; the
+    // others its fallback, the kept-masks emit).
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, L2 prefetch", true},
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean kept-masks emit", false, true},
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean select", false, false, true},
+    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, L2 prefetch + lean emit + lean select",
+     true, true, true}};
 
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
@@ -66,11 +70,13 @@ void for_each_path(const std::function<void()>& fn) {
                         : c.masks   ? cuda::TopkEmit::kept_masks
                                     : cuda::TopkEmit::recount);
     cuda::set_topk_l2_prefetch(c.l2_prefetch);
+    cuda::set_topk_lean_select(c.lean_select);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
     cuda::set_topk_emit(cuda::TopkEmit::automatic);
     cuda::set_topk_l2_prefetch(false);
+    cuda::set_topk_lean_select(false);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }

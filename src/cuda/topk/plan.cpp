@@ -77,6 +77,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
     // 128 x 64K 23.5 against 26.0, 1 x 4K 8.9 against 9.7; bench/NOTES.md session 7).
     c.emit = tune.emit == Emit::recount || tune.emit == Emit::kept_masks_lean ? tune.emit : Emit::kept_masks;
     c.l2_prefetch = tune.l2_prefetch;  // off unless forced (unmeasured: bench/NOTES.md session 7)
+    c.lean_select = tune.lean_select;  // likewise
   }
   return c;
 }

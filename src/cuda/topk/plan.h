@@ -78,6 +78,7 @@ struct Plan {
   int cluster = 1;                 // CTAs per row (a thread-block cluster; sampled kernel on sm_90 only)
   Emit emit = Emit::recount;       // the sampled kernel's emit (never automatic in a plan; the global kernel: recount)
   bool l2_prefetch = false;  // the sampled kernel prefetches its rows' next steps into L2 (Tuning only, unmeasured)
+  bool lean_select = false;  // the sampled kernel's lean key-digit histograms (Tuning only, unmeasured)
   std::size_t smem = 0;      // dynamic shared memory per CTA (sampled kernel; 0 for global)
   std::size_t ws_bytes = 0;  // the radix select keeps everything in shared memory
 };
@@ -93,6 +94,10 @@ struct Tuning {
   // measured): the first kPrefetchSteps of every warp before the sample's threshold is known, so the row
   // streams from HBM while the threshold is found, then kUnroll steps ahead per filter iteration.
   bool l2_prefetch = false;
+  // The sampled kernel's key-digit histograms (its selects: the sample's and the candidates') match the fixed
+  // prefix by one subtraction and compare and count by predicated reductions, with no branch per entry
+  // (session 7, opt-in until measured; the same select).
+  bool lean_select = false;
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

@@ -37,6 +37,7 @@ struct TopkParams {
   int debug_stop;   // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
   int l2_prefetch;  // the sampled kernel's long rows prefetch their filter's steps into L2 (Plan::l2_prefetch)
   int lean_emit;    // the kept-masks emit's lean stores where they apply (Emit::kept_masks_lean)
+  int lean_select;  // the sampled kernel's key-digit histograms without a branch per entry (Plan::lean_select)
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,

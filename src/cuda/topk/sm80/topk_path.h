@@ -29,5 +29,8 @@ void set_topk_emit(TopkEmit emit);
 // Benchmarks and tests: the sampled kernel's long rows prefetch their filter's steps into L2
 // (topk_op::Tuning::l2_prefetch; off, the plan's default, unless set).
 void set_topk_l2_prefetch(bool on);
+// Benchmarks and tests: the sampled kernel's lean key-digit histograms (topk_op::Tuning::lean_select; off,
+// the plan's default, unless set).
+void set_topk_lean_select(bool on);
 
 }  // namespace attnserve::cuda

@@ -134,16 +134,60 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const Selec
   __syncthreads();
 }
 
+// candidate_histogram for a key digit, lean (TopkParams::lean_select; opt-in, unmeasured). The first digit
+// (no prefix fixed yet: every entry matches) counts the whole quads of a segment without a test or a branch
+// per entry (ptxas puts a branch around every conditional shared atomic); later digits match the fixed prefix
+// by key - lo <= span (one subtraction and one compare instead of the guarded shift and compare). The same
+// histogram as candidate_histogram.
+template <int kThreads>
+__device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
+  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+  const uint32_t n = S.cnt[warp];
+  const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
+  const uint32_t mask = (1u << dg.width) - 1u;
+  if (st.kshift >= 32) {  // block-uniform
+    for (uint32_t q = lane; 4 * q < n; q += 32) {
+      const uint4 k4 = key4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+      if (4 * q + 4 <= n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
+      } else {  // the segment's last, partial quad
+#pragma unroll
+        for (int e = 0; e < 3; ++e)
+          if (4 * q + e < n) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
+      }
+    }
+  } else {
+    const uint32_t lo = st.kprefix << st.kshift;   // the prefix's lowest key
+    const uint32_t span = (1u << st.kshift) - 1u;  // its keys: lo .. lo + span
+    for (uint32_t q = lane; 4 * q < n; q += 32) {
+      const uint4 k4 = key4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < n && kk[e] - lo <= span) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
+    }
+  }
+  __syncthreads();
+}
+
 // Radix select over the segments' keys (positions when `with_pos`): the state whose at_or_above() holds for
 // exactly `need` entries (with_pos), or, for the sample (!with_pos), a key prefix holding at least `need`
 // entries and at most need / 2 more (or the exact key). Every thread calls it; ends after a barrier.
+// lean (block-uniform): the key digits' histograms by candidate_histogram_lean (the same state results).
 template <int kThreads>
-__device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos) {
+__device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos,
+                                                bool lean = false) {
   SelectState st;
   const uint32_t r = need;
   for (int pass = 0; pass < (with_pos ? 6 : 3); ++pass) {
     const SelectDigit dg = select_digit(pass);
-    candidate_histogram<kThreads>(S, st, dg);
+    if (lean && !dg.on_pos) candidate_histogram_lean<kThreads>(S, st, dg);
+    else candidate_histogram<kThreads>(S, st, dg);
     const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
     need -= pick.above;
     if (!dg.on_pos) {
@@ -498,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     const float ks = float(k) * float(kSampleSize) / float(4 * nq);
     const float rf = ks + 5.f * sqrtf(ks) + 16.f;
     if (rf < float(kSampleSize)) {
-      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false);
+      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false, p.lean_select != 0);
       t = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // the lower edge of the chosen key bin
     }
     // Everything read from the sample was read before find_bin's last barrier: the segments are free.
@@ -579,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
 
   // ---- 3. exact radix select on (key, position)
   segment_bits_to_keys<kThreads>(S);
-  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true);
+  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0);
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
