@@ -527,14 +527,15 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
       const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
       v[c] = __ldg(q4 + q0 + lane);
     }
+    const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
+    const int32_t first_step = int32_t(rank) * kWarps + warp;
+    // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
+    // behind the prefetches (ptxas issues it once they land, after their key conversion: checked in the SASS).
+    if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
 #pragma unroll
     for (int c = 0; c < kChunksPerWarp; ++c)  // keys directly: the sample is only ranked
       reinterpret_cast<uint4*>(seg_bits + c * 128)[lane] =
           make_uint4(topk_key(v[c].x), topk_key(v[c].y), topk_key(v[c].z), topk_key(v[c].w));
-    const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
-    const int32_t first_step = int32_t(rank) * kWarps + warp;
-    // The row streams into L2 while the threshold is found (after the sample's loads: they come first).
-    if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
     if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
     __syncthreads();
     if (p.debug_stop == 2) return;
