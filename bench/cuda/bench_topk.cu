@@ -6,7 +6,8 @@
 // " [mask emit]" / " [recount emit]" its emit forced to keep the count pass's masks (topk_op::Emit::kept_masks,
 // the default) or to recount, for A/Bs in one process. " [s7 A/B: <variant>]": session 7's opt-in variants
 // (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch; " [s7 A/B: lean emit]": Emit::kept_masks_lean;
-// " [s7 A/B: lean select]": Tuning::lean_select) beside " [s7 A/B: default]", the plan's choice.
+// " [s7 A/B: lean select]": Tuning::lean_select; " [s7 A/B: offset digit]": Tuning::offset_digit; " [s7 A/B:
+// all four]") beside " [s7 A/B: default]", the plan's choice.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -33,9 +34,10 @@ enum class Fill { uniform, normal, ties16 };
 // A session-7 variant of the sampled kernel (bench_s7_variants), forced through the launcher's hooks.
 struct S7Variant {
   const char* name;
-  bool l2_prefetch;  // cuda::set_topk_l2_prefetch
-  bool lean_emit;    // cuda::TopkEmit::kept_masks_lean
-  bool lean_select;  // cuda::set_topk_lean_select
+  bool l2_prefetch;   // cuda::set_topk_l2_prefetch
+  bool lean_emit;     // cuda::TopkEmit::kept_masks_lean
+  bool lean_select;   // cuda::set_topk_lean_select
+  bool offset_digit;  // cuda::set_topk_offset_digit
 };
 
 // N(0, 1) by Box-Muller on two hashes (what the same-run peer harness feeds: torch.randn).
@@ -134,6 +136,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_l2_prefetch(s7 && s7->l2_prefetch);
   if (s7 && s7->lean_emit) cuda::set_topk_emit(cuda::TopkEmit::kept_masks_lean);
   cuda::set_topk_lean_select(s7 && s7->lean_select);
+  cuda::set_topk_offset_digit(s7 && s7->offset_digit);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -171,15 +174,16 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_emit(cuda::TopkEmit::automatic);
   cuda::set_topk_l2_prefetch(false);
   cuda::set_topk_lean_select(false);
+  cuda::set_topk_offset_digit(false);
 }
 
 // Session 7's opt-in variants (topk_op::Tuning) against the default, adjacent rows per shape, two rounds
 // ("s7 A/B" selects them all).
 void bench_s7_variants() {
-  static const S7Variant kDefault{"default", false, false, false}, kPrefetch{"l2 prefetch", true, false, false},
-      kLeanEmit{"lean emit", false, true, false}, kLeanSelect{"lean select", false, false, true},
-      kLean{"lean emit + lean select", false, true, true},
-      kAll{"l2 prefetch + lean emit + lean select", true, true, true};
+  static const S7Variant kDefault{"default", false, false, false, false},
+      kPrefetch{"l2 prefetch", true, false, false, false}, kLeanEmit{"lean emit", false, true, false, false},
+      kLeanSelect{"lean select", false, false, true, false}, kOffset{"offset digit", false, false, false, true},
+      kLean{"lean emit + lean select", false, true, true, false}, kAll{"all four", true, true, true, true};
   struct Shape {
     int64_t rows, width;
   };
@@ -193,15 +197,21 @@ void bench_s7_variants() {
   // Rows the filter streams (the prefetch applies): every variant.
   for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}, Shape{128, 128 << 10}, Shape{128, 16 << 10},
                          Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}, Shape{4096, 8 << 10}})
-    ab(sh, {&kDefault, &kPrefetch, &kLeanEmit, &kLeanSelect, &kAll});
+    ab(sh, {&kDefault, &kPrefetch, &kLeanEmit, &kLeanSelect, &kOffset, &kAll});
   // Whole rows (loaded whole: no prefetch): the emits.
   for (const Shape sh : {Shape{8192, 4 << 10}, Shape{128, 4 << 10}, Shape{1, 4 << 10}})
     ab(sh, {&kDefault, &kLeanEmit, &kLeanSelect, &kLean});
-  // Where the time moves: the end of the filter (phase 4; a cluster's rows gathered into CTA 0).
+  // Where the time moves: the end of the filter (phase 4, a cluster's rows gathered into CTA 0: the prefetch)
+  // and of the select (phase 5: the lean select, the offset digit).
   for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}})
     for (const S7Variant* v : {&kDefault, &kPrefetch})
       bench_case(sh.rows, sh.width, 2048, none, "phase", Fill::normal, cuda::TopkPath::automatic, 4, false, 0, 0, false,
                  cuda::TopkEmit::automatic, v);
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}, Shape{8192, 4 << 10}})
+    for (const S7Variant* v : {&kDefault, &kLeanSelect, &kOffset})
+      if (v != &kOffset || sh.width > 4096)  // whole rows have no threshold: no offset digit
+        bench_case(sh.rows, sh.width, 2048, none, "phase", Fill::normal, cuda::TopkPath::automatic, 5, false, 0, 0,
+                   false, cuda::TopkEmit::automatic, v);
 }
 
 }  // namespace

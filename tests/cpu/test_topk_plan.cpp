@@ -184,5 +184,22 @@ TEST(TopkPlan, LeanSelectOnlyWhenForced) {
     }
 }
 
+// Session 7's offset digit (the sampled regime's candidates ranked first relative to the threshold): off unless
+// forced, never on the global kernel, nothing else of the plan changed.
+TEST(TopkPlan, OffsetDigitOnlyWhenForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_FALSE(plan.offset_digit);
+      const auto forced = make_plan(prob, caps, {.offset_digit = true});
+      EXPECT_EQ(forced.offset_digit, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(forced.select, plan.select);
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.emit, plan.emit);
+      EXPECT_FALSE(forced.lean_select);
+    }
+}
+
 }  // namespace
 }  // namespace attnserve

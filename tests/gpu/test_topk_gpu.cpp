@@ -10,14 +10,18 @@
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
 // the direct (unstaged) emit too, and a CUDA graph's replays against eager runs. Session 7's opt-in
 // variants (topk_op::Tuning) run every check too: the L2 prefetch, the lean kept-masks emit and the lean
-// select each with one CTA per row, all three with clusters of 8 (the lean emit also in the graph replays).
+// select each with one CTA per row, the offset digit with clusters of 2, all four with clusters of 8 (the
+// lean emit also in the graph replays); rows whose top values the sample misses test the offset digit's
+// range (its restart from the standard digits).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "attnserve/ops/topk.h"
 #include "cpu/test_topk_util.h"
@@ -41,6 +45,7 @@ struct KernelChoice {
   bool l2_prefetch = false;  // the sampled kernel's long rows prefetch their steps into L2 (cuda::set_topk_l2_prefetch)
   bool lean_emit = false;    // the kept-masks emit's lean count and stores (TopkEmit::kept_masks_lean; masks implied)
   bool lean_select = false;  // the lean key-digit histograms (cuda::set_topk_lean_select)
+  bool offset_digit = false;  // the candidates' first digit relative to the threshold (cuda::set_topk_offset_digit)
 };
 std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
@@ -57,8 +62,10 @@ std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, L2 prefetch", true},
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean kept-masks emit", false, true},
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean select", false, false, true},
-    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, L2 prefetch + lean emit + lean select",
-     true, true, true}};
+    {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, offset digit", false, false, false, true},
+    {cuda::TopkPath::sampled, 8, true,
+     "sampled, clusters of 8 CTAs per row, L2 prefetch + lean emit + lean select + offset digit", true, true, true,
+     true}};
 
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
@@ -71,12 +78,14 @@ void for_each_path(const std::function<void()>& fn) {
                                     : cuda::TopkEmit::recount);
     cuda::set_topk_l2_prefetch(c.l2_prefetch);
     cuda::set_topk_lean_select(c.lean_select);
+    cuda::set_topk_offset_digit(c.offset_digit);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
     cuda::set_topk_emit(cuda::TopkEmit::automatic);
     cuda::set_topk_l2_prefetch(false);
     cuda::set_topk_lean_select(false);
+    cuda::set_topk_offset_digit(false);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -426,6 +435,41 @@ TEST(TopkGpu, SampledPathAdversarialRows) {
     for (int64_t j = 0; j < width; ++j) p.row(3)[j] = (j % 11 == 0) ? 1.f : (j % 17 == 0 ? 2.f : -1.f);
     for (int64_t j = 0; j < width; ++j) p.row(4)[j] = -kInf;
     for (int i = 0; i < 300; ++i) p.row(4)[pos(g)] = float(i % 7);
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Rows whose top values all lie outside the sample's chunks, ~2^30 keys above the small rest (N(0, 1) x
+// 1e-20): the threshold from the sample keeps the huge values and ~r / 4096 of the small ones, and the k-th
+// lies far above it, in the offset digit's top bin (TopkParams::offset_digit: its restart from the standard
+// digits). Row 0: distinct huge values; row 1: all huge values tied (the positions decide). Exact on every path.
+TEST(TopkGpu, TopValuesOutsideTheSample) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Case {
+    int64_t width, k, huge;
+  };
+  for (const Case c : {Case{65536, 2048, 3000}, Case{65536, 2048, 2048}, Case{8000, 1000, 1100}}) {
+    SCOPED_TRACE("width " + std::to_string(c.width) + " topk " + std::to_string(c.k) + " huge " +
+                 std::to_string(c.huge));
+    TopkProblem p(2, c.width, c.k);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    for (int64_t i = 0; i < p.rows * p.width; ++i) p.row(0)[i] *= 1e-20f;
+    // The sample (topk_sampled.cuh): 32 chunks of 128 values at quads c * (nq - 32) / 31 (rows 16-byte aligned).
+    const int64_t nq = c.width / 4;
+    std::vector<char> sampled(std::size_t(c.width), 0);
+    for (int64_t ch = 0; ch < 32; ++ch)
+      for (int64_t j = 4 * (ch * (nq - 32) / 31), e = j + 128; j < e; ++j) sampled[std::size_t(j)] = 1;
+    std::vector<int64_t> free_pos;
+    for (int64_t j = 0; j < c.width; ++j)
+      if (!sampled[std::size_t(j)]) free_pos.push_back(j);
+    ASSERT_GE(int64_t(free_pos.size()), c.huge);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      std::shuffle(free_pos.begin(), free_pos.end(), g);
+      for (int64_t i = 0; i < c.huge; ++i)
+        p.row(r)[free_pos[std::size_t(i)]] = r == 0 ? 1e20f * (1.f + float(i) / float(c.huge)) : 1e20f;
+    }
     check_gpu(p);
     if (HasFatalFailure()) return;
   }

@@ -79,6 +79,8 @@ struct Plan {
   Emit emit = Emit::recount;       // the sampled kernel's emit (never automatic in a plan; the global kernel: recount)
   bool l2_prefetch = false;  // the sampled kernel prefetches its rows' next steps into L2 (Tuning only, unmeasured)
   bool lean_select = false;  // the sampled kernel's lean key-digit histograms (Tuning only, unmeasured)
+  bool offset_digit =
+      false;                 // the candidates' first digit relative to the sample's threshold (Tuning only, unmeasured)
   std::size_t smem = 0;      // dynamic shared memory per CTA (sampled kernel; 0 for global)
   std::size_t ws_bytes = 0;  // the radix select keeps everything in shared memory
 };
@@ -98,6 +100,10 @@ struct Tuning {
   // prefix by one subtraction and compare and count by predicated reductions, with no branch per entry
   // (session 7, opt-in until measured; the same select).
   bool lean_select = false;
+  // The candidates of rows longer than kWholeRow (all >= the sample's threshold key t) are ranked first by
+  // min((key >> 16) - (t >> 16), 4095), then key bits 4..15 and 0..3, instead of the key's top 12 bits
+  // (session 7, opt-in until measured; the same selection).
+  bool offset_digit = false;
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

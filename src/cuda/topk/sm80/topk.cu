@@ -32,6 +32,7 @@ bool g_direct_emit = false;
 TopkEmit g_emit = TopkEmit::automatic;
 bool g_l2_prefetch = false;
 bool g_lean_select = false;
+bool g_offset_digit = false;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
@@ -120,7 +121,8 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
                                                                                  plan.smem, s);
 }
 
-topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, bool l2_prefetch, bool lean_select) {
+topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, bool l2_prefetch, bool lean_select,
+                          bool offset_digit) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
@@ -132,6 +134,7 @@ topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit
                                                : topk_op::Emit::automatic;
   t.l2_prefetch = l2_prefetch;
   t.lean_select = lean_select;
+  t.offset_digit = offset_digit;
   return t;
 }
 
@@ -146,6 +149,7 @@ void set_topk_direct_emit(bool direct) { g_direct_emit = direct; }
 void set_topk_emit(TopkEmit emit) { g_emit = emit; }
 void set_topk_l2_prefetch(bool on) { g_l2_prefetch = on; }
 void set_topk_lean_select(bool on) { g_lean_select = on; }
+void set_topk_offset_digit(bool on) { g_offset_digit = on; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -155,9 +159,9 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
-  const topk_op::Plan plan =
-      topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
-                         tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch, g_lean_select));
+  const topk_op::Plan plan = topk_op::make_plan(
+      topk_op::problem_of(a), current_device_caps(),
+      tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch, g_lean_select, g_offset_digit));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -196,6 +200,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   p.l2_prefetch = plan.l2_prefetch ? 1 : 0;
   p.lean_emit = plan.emit == topk_op::Emit::kept_masks_lean ? 1 : 0;
   p.lean_select = plan.lean_select ? 1 : 0;
+  p.offset_digit = plan.offset_digit ? 1 : 0;
   if (wide) launch<1024>(plan, p, unsigned(rows), s);
   else launch<256>(plan, p, unsigned(rows), s);
   ATTNSERVE_CUDA_CHECK_LAUNCH();

@@ -32,5 +32,8 @@ void set_topk_l2_prefetch(bool on);
 // Benchmarks and tests: the sampled kernel's lean key-digit histograms (topk_op::Tuning::lean_select; off,
 // the plan's default, unless set).
 void set_topk_lean_select(bool on);
+// Benchmarks and tests: the sampled regime's candidates ranked first by a digit relative to the sample's
+// threshold (topk_op::Tuning::offset_digit; off, the plan's default, unless set).
+void set_topk_offset_digit(bool on);
 
 }  // namespace attnserve::cuda

@@ -175,17 +175,77 @@ __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const 
   __syncthreads();
 }
 
+// The candidates' first digit relative to the sample's threshold (TopkParams::offset_digit; opt-in,
+// unmeasured): every candidate of the sampled regime has key >= t, so bin min((key >> 16) - (t >> 16), 4095)
+// is monotone in the key and, below the top bin, a 16-bit key prefix: t >> 16 plus the bin. Candidates sit
+// just above t, where the fixed top-12-bit digit puts most of them in a handful of bins (an octave of the
+// float is 8 bins: shared-atomic contention, and a second pass over hundreds of matches); here 4095 bins
+// of 2^16 keys each span 2^28 keys (> 30 octaves) above t.
+constexpr int kOffsetShift = 16;
+template <int kThreads>
+__device__ inline void candidate_histogram_offset(SampledSmem<kThreads>& S, uint32_t base) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
+  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+  const uint32_t n = S.cnt[warp];
+  const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
+  for (uint32_t q = lane; 4 * q < n; q += 32) {
+    const uint4 k4 = key4[q];
+    const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+    uint32_t d[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[e] = min((kk[e] >> kOffsetShift) - base, uint32_t(kBins - 1));
+    if (4 * q + 4 <= n) {  // whole quads: no test per entry (as candidate_histogram_lean)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) atomicAdd(&S.hist[d[e]], 1u);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 3; ++e)
+        if (4 * q + e < n) atomicAdd(&S.hist[d[e]], 1u);
+    }
+  }
+  __syncthreads();
+}
+
+// The digits after the offset digit (a 16-bit key prefix fixed): key bits 4..15, 0..3, then the positions.
+__device__ __forceinline__ SelectDigit select_digit_after_offset(int pass) {
+  switch (pass) {
+    case 0: return {false, 4, 12};
+    case 1: return {false, 0, 4};
+    case 2: return {true, 19, 12};
+    case 3: return {true, 7, 12};
+    default: return {true, 0, 7};
+  }
+}
+
 // Radix select over the segments' keys (positions when `with_pos`): the state whose at_or_above() holds for
 // exactly `need` entries (with_pos), or, for the sample (!with_pos), a key prefix holding at least `need`
 // entries and at most need / 2 more (or the exact key). Every thread calls it; ends after a barrier.
 // lean (block-uniform): the key digits' histograms by candidate_histogram_lean (the same state results).
+// floor_key (block-uniform, with_pos only; 0: none): every entry's key is >= it, and the first digit is the
+// offset digit (candidate_histogram_offset); a k-th entry in its top bin restarts from the standard digits.
+// Either way the same entries are at_or_above() the result.
 template <int kThreads>
 __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos,
-                                                bool lean = false) {
+                                                bool lean = false, uint32_t floor_key = 0) {
   SelectState st;
   const uint32_t r = need;
-  for (int pass = 0; pass < (with_pos ? 6 : 3); ++pass) {
-    const SelectDigit dg = select_digit(pass);
+  bool after_offset = false;
+  if (floor_key != 0) {
+    const uint32_t base = floor_key >> kOffsetShift;
+    candidate_histogram_offset<kThreads>(S, base);
+    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    if (pick.digit < uint32_t(kBins - 1)) {  // else the k-th is above the digit's range: the standard passes
+      need -= pick.above;
+      st.kprefix = base + pick.digit;
+      st.kshift = kOffsetShift;
+      if (pick.count == need) return st;
+      after_offset = true;
+    }
+  }
+  for (int pass = 0; pass < (after_offset ? 5 : with_pos ? 6 : 3); ++pass) {
+    const SelectDigit dg = after_offset ? select_digit_after_offset(pass) : select_digit(pass);
     if (lean && !dg.on_pos) candidate_histogram_lean<kThreads>(S, st, dg);
     else candidate_histogram<kThreads>(S, st, dg);
     const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
@@ -468,7 +528,8 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   const int32_t steps = (nq + 31) >> 5;  // 32 quads (128 values) per step; warp w takes steps w, w + kWarps, ...
   uint32_t* seg_bits = S.bits + warp * kSegCap;
   uint32_t* seg_pos = S.pos + warp * kSegCap;
-  uint32_t cnt = 0;  // warp-uniform: entries of this warp's segment
+  uint32_t cnt = 0;         // warp-uniform: entries of this warp's segment
+  uint32_t cand_floor = 0;  // the sampled regime's threshold key t (> 0: every candidate's key is >= it)
 
   // Appends the lanes' flagged values (warp-synchronous), in lane order.
   auto push1 = [&](bool cand, float x, uint32_t pos) {
@@ -552,6 +613,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     // ---- 2. filter: values x >= tf (key >= t; t == 0: everything, NaN included) into the warp's segment.
     // Global warp gw = rank * kWarps + warp of the cluster takes steps gw, gw + nranks * kWarps, ...
     const bool take_all = t == 0;
+    cand_floor = t;
     const float tf = key_threshold_float(t);
     if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
       int32_t jj = -1;
@@ -624,7 +686,8 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
 
   // ---- 3. exact radix select on (key, position)
   segment_bits_to_keys<kThreads>(S);
-  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0);
+  const SelectState st =
+      radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0, p.offset_digit ? cand_floor : 0u);
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
