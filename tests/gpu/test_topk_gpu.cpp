@@ -9,10 +9,10 @@
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
 // the direct (unstaged) emit too, and a CUDA graph's replays against eager runs. Session 7's opt-in
-// variants (topk_op::Tuning) run every check too: the L2 prefetch, the lean kept-masks emit and the lean
-// select each with one CTA per row, the offset digit with clusters of 2, all four with clusters of 8 (the
-// lean emit also in the graph replays); rows whose top values the sample misses test the offset digit's
-// range (its restart from the standard digits).
+// variants (topk_op::Tuning) run every check too (thirteen kernel choices in all): the L2 prefetch, the lean kept-masks
+// emit and the lean select each with one CTA per row, the offset digit with clusters of 2, all four with clusters of 8
+// (the lean emit also in the graph replays); rows whose top values the sample misses test the offset digit's range (its
+// restart from the standard digits).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -56,9 +56,9 @@ std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 4, true, "sampled, clusters of 4 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"},
-    // Session 7's opt-in variants (topk_op::Tuning) with the default emit's masks: each alone with one CTA per row,
-    // all three with clusters of 8 (the lean emit: whole rows, long rows and the ragged transform take it; the
-    // others its fallback, the kept-masks emit).
+    // Session 7's opt-in variants (topk_op::Tuning) with the default emit's masks: each alone (one CTA per row;
+    // the offset digit with clusters of 2), all four with clusters of 8 (the lean emit: whole rows, long rows
+    // and the ragged transform take it; the others its fallback, the kept-masks emit).
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, L2 prefetch", true},
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean kept-masks emit", false, true},
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean select", false, false, true},
