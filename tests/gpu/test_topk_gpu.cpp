@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -67,9 +68,18 @@ std::vector<KernelChoice> g_paths = {
      "sampled, clusters of 8 CTAs per row, L2 prefetch + lean emit + lean select + offset digit", true, true, true,
      true}};
 
+// ATTNSERVE_TOPK_S7=0 in the environment skips session 7's opt-in variants (e.g. under racecheck, where every
+// kernel choice of a check costs ~3 s).
+bool is_s7_variant(const KernelChoice& c) { return c.l2_prefetch || c.lean_emit || c.lean_select || c.offset_digit; }
+bool skip_s7_variants() {
+  const char* e = std::getenv("ATTNSERVE_TOPK_S7");
+  return e != nullptr && std::string(e) == "0";
+}
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
+  static const bool skip_s7 = skip_s7_variants();
   for (const KernelChoice& c : g_paths) {
+    if (skip_s7 && is_s7_variant(c)) continue;
     SCOPED_TRACE(std::string("kernel ") + c.name);
     cuda::set_topk_path(c.path);
     cuda::set_topk_cluster(c.cluster);
