@@ -5,6 +5,9 @@
 # under a timeout; logs in /tmp/tk, the kept ones copied to $OUT (at most 8 files).
 #   DEPS=<.device/deps> OUT=<dir> ATTNSERVE_COMMIT=<sha> scripts/topk_device.sh
 #   NCU_FILTER  bench_topk case for ncu (default: the 8192 x 4K prefill rows); NCU=0 skips it
+#   BENCH_FILTER  bench_topk's name filter (one substring, e.g. 's7 A/B'; default: every case)
+#   BENCH_QUICK=1  bench_topk --quick (8 timed calls a case instead of 30)
+#   MEMCHECK_FILTER, RACECHECK_FILTER  the sanitizer runs' TopkGpu tests; SAN_TIMEOUT seconds each (25)
 set -u
 L=/tmp/tk
 mkdir -p "$L" "$OUT"
@@ -34,14 +37,16 @@ timeout 40 $B/attnserve_gpu_tests --gtest_filter='TopkGpu*' >"$L/gpu_tests.log" 
 ts "gpu tests rc $? ($(grep -c '^\[       OK' "$L/gpu_tests.log") OK, $(grep -c '^\[  FAILED' "$L/gpu_tests.log") FAILED lines)"
 grep -E "^\[  FAILED|Failure|error" "$L/gpu_tests.log" | head -20
 save gpu_tests.log
-timeout 30 "$BENCH_BIN" >"$L/bench.log" 2>&1
+BARGS=(); [ "${BENCH_QUICK:-0}" = 1 ] && BARGS=(--quick)
+[ -n "${BENCH_FILTER:-}" ] && BARGS+=("$BENCH_FILTER")
+timeout 120 "$BENCH_BIN" "${BARGS[@]}" >"$L/bench.log" 2>&1
 ts "bench rc $?"
 save gpu_tests.log bench.log
-MEM='TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.EmitStagedAndDirectAtEveryOutputAlignment:TopkGpu.GraphReplayEqualsEager'
-ATTNSERVE_SEED=1 timeout 25 compute-sanitizer --tool memcheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$MEM" >"$L/memcheck.log" 2>&1
+MEM=${MEMCHECK_FILTER:-'TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.EmitStagedAndDirectAtEveryOutputAlignment:TopkGpu.GraphReplayEqualsEager'}
+ATTNSERVE_SEED=1 timeout "${SAN_TIMEOUT:-25}" compute-sanitizer --tool memcheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$MEM" >"$L/memcheck.log" 2>&1
 ts "memcheck rc $? $(grep -E 'ERROR SUMMARY' "$L/memcheck.log" | tail -1) $(grep -E '^\[  PASSED|^\[  FAILED' "$L/memcheck.log" | tail -1)"
-RACE='TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.WholeRowRegimeNaNAndTiesAtTheThreshold'
-ATTNSERVE_SEED=1 timeout 25 compute-sanitizer --tool racecheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$RACE" >"$L/racecheck.log" 2>&1
+RACE=${RACECHECK_FILTER:-'TopkGpu.ClusterGatherOverflowGoesToTheFallback:TopkGpu.WholeRowRegimeNaNAndTiesAtTheThreshold'}
+ATTNSERVE_SEED=1 timeout "${SAN_TIMEOUT:-25}" compute-sanitizer --tool racecheck --error-exitcode 9 $B/attnserve_gpu_tests --gtest_filter="$RACE" >"$L/racecheck.log" 2>&1
 ts "racecheck rc $? $(grep -E 'RACECHECK SUMMARY' "$L/racecheck.log" | tail -1) $(grep -E '^\[  PASSED|^\[  FAILED' "$L/racecheck.log" | tail -1)"
 save gpu_tests.log bench.log memcheck.log racecheck.log
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then

@@ -4,7 +4,10 @@
 // tag run the plan's choice; " [global]" forces the multi-pass kernel, " [N threads]" the CTA size,
 // " [cluster N]" N CTAs per row (1: none), " [direct emit]" the sampled kernel's unstaged output stores,
 // " [mask emit]" / " [recount emit]" its emit forced to keep the count pass's masks (topk_op::Emit::kept_masks,
-// the default) or to recount, for A/Bs in one process.
+// the default) or to recount, for A/Bs in one process. " [s7 A/B: <variant>]": session 7's opt-in variants
+// (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch; " [s7 A/B: lean emit]": Emit::kept_masks_lean;
+// " [s7 A/B: lean select]": Tuning::lean_select; " [s7 A/B: offset digit]": Tuning::offset_digit; " [s7 A/B:
+// all four]") beside " [s7 A/B: default]", the plan's choice.
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -14,6 +17,7 @@
 // Usage: bench_topk [--quick] [filter-substring]
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -26,6 +30,15 @@ using namespace dsa_bench;
 namespace {
 
 enum class Fill { uniform, normal, ties16 };
+
+// A session-7 variant of the sampled kernel (bench_s7_variants), forced through the launcher's hooks.
+struct S7Variant {
+  const char* name;
+  bool l2_prefetch;   // cuda::set_topk_l2_prefetch
+  bool lean_emit;     // cuda::TopkEmit::kept_masks_lean
+  bool lean_select;   // cuda::set_topk_lean_select
+  bool offset_digit;  // cuda::set_topk_offset_digit
+};
 
 // N(0, 1) by Box-Muller on two hashes (what the same-run peer harness feeds: torch.randn).
 __global__ void fill_normal_kernel(float* p, std::size_t n, uint32_t seed) {
@@ -99,20 +112,20 @@ void bench_empty_launch() {
 void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, const char* peer,
                 Fill fill = Fill::uniform, cuda::TopkPath path = cuda::TopkPath::automatic, int stop = 0,
                 bool host_too = false, int threads = 0, int cluster = 0, bool direct = false,
-                cuda::TopkEmit emit = cuda::TopkEmit::automatic) {
-  const std::string name = "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " +
-                           std::to_string(rows) + " rows" + (transform == TopkTransform::decode ? " +decode" : "") +
-                           (fill == Fill::normal   ? " normal"
-                            : fill == Fill::ties16 ? " ties16"
-                                                   : "") +
-                           path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string()) +
-                           (host_too ? " [host+device]" : "") +
-                           (threads ? " [" + std::to_string(threads) + " threads]" : std::string()) +
-                           (cluster ? " [cluster " + std::to_string(cluster) + "]" : std::string()) +
-                           (direct ? " [direct emit]" : "") +
-                           (emit == cuda::TopkEmit::kept_masks ? " [mask emit]"
-                            : emit == cuda::TopkEmit::recount  ? " [recount emit]"
-                                                               : "");
+                cuda::TopkEmit emit = cuda::TopkEmit::automatic, const S7Variant* s7 = nullptr) {
+  const std::string name =
+      "topk " + std::to_string(k) + " of " + std::to_string(width >> 10) + "K x " + std::to_string(rows) + " rows" +
+      (transform == TopkTransform::decode ? " +decode" : "") +
+      (fill == Fill::normal   ? " normal"
+       : fill == Fill::ties16 ? " ties16"
+                              : "") +
+      path_name(path) + (stop ? " [phase " + std::to_string(stop) + "]" : std::string()) +
+      (host_too ? " [host+device]" : "") + (threads ? " [" + std::to_string(threads) + " threads]" : std::string()) +
+      (cluster ? " [cluster " + std::to_string(cluster) + "]" : std::string()) + (direct ? " [direct emit]" : "") +
+      (emit == cuda::TopkEmit::kept_masks ? " [mask emit]"
+       : emit == cuda::TopkEmit::recount  ? " [recount emit]"
+                                          : "") +
+      (s7 ? std::string(" [s7 A/B: ") + s7->name + "]" : std::string());
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
@@ -120,6 +133,10 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_cluster(cluster);
   cuda::set_topk_direct_emit(direct);
   cuda::set_topk_emit(emit);
+  cuda::set_topk_l2_prefetch(s7 && s7->l2_prefetch);
+  if (s7 && s7->lean_emit) cuda::set_topk_emit(cuda::TopkEmit::kept_masks_lean);
+  cuda::set_topk_lean_select(s7 && s7->lean_select);
+  cuda::set_topk_offset_digit(s7 && s7->offset_digit);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -155,6 +172,46 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_cluster(0);
   cuda::set_topk_direct_emit(false);
   cuda::set_topk_emit(cuda::TopkEmit::automatic);
+  cuda::set_topk_l2_prefetch(false);
+  cuda::set_topk_lean_select(false);
+  cuda::set_topk_offset_digit(false);
+}
+
+// Session 7's opt-in variants (topk_op::Tuning) against the default, adjacent rows per shape, two rounds
+// ("s7 A/B" selects them all).
+void bench_s7_variants() {
+  static const S7Variant kDefault{"default", false, false, false, false},
+      kPrefetch{"l2 prefetch", true, false, false, false}, kLeanEmit{"lean emit", false, true, false, false},
+      kLeanSelect{"lean select", false, false, true, false}, kOffset{"offset digit", false, false, false, true},
+      kLean{"lean emit + lean select", false, true, true, false}, kAll{"all four", true, true, true, true};
+  struct Shape {
+    int64_t rows, width;
+  };
+  const TopkTransform none = TopkTransform::none;
+  const auto ab = [&](Shape sh, std::initializer_list<const S7Variant*> variants) {
+    for (int round = 0; round < 2; ++round)
+      for (const S7Variant* v : variants)
+        bench_case(sh.rows, sh.width, 2048, none, round ? "round 2" : "round 1", Fill::normal,
+                   cuda::TopkPath::automatic, 0, false, 0, 0, false, cuda::TopkEmit::automatic, v);
+  };
+  // Rows the filter streams (the prefetch applies): every variant.
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}, Shape{128, 128 << 10}, Shape{128, 16 << 10},
+                         Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}, Shape{4096, 8 << 10}})
+    ab(sh, {&kDefault, &kPrefetch, &kLeanEmit, &kLeanSelect, &kOffset, &kAll});
+  // Whole rows (loaded whole: no prefetch): the emits.
+  for (const Shape sh : {Shape{8192, 4 << 10}, Shape{128, 4 << 10}, Shape{1, 4 << 10}})
+    ab(sh, {&kDefault, &kLeanEmit, &kLeanSelect, &kLean});
+  // Where the time moves: the end of the filter (phase 4, a cluster's rows gathered into CTA 0: the prefetch)
+  // and of the select (phase 5: the lean select, the offset digit).
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}})
+    for (const S7Variant* v : {&kDefault, &kPrefetch})
+      bench_case(sh.rows, sh.width, 2048, none, "phase", Fill::normal, cuda::TopkPath::automatic, 4, false, 0, 0, false,
+                 cuda::TopkEmit::automatic, v);
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}, Shape{8192, 4 << 10}})
+    for (const S7Variant* v : {&kDefault, &kLeanSelect, &kOffset})
+      if (v != &kOffset || sh.width > 4096)  // whole rows have no threshold: no offset digit
+        bench_case(sh.rows, sh.width, 2048, none, "phase", Fill::normal, cuda::TopkPath::automatic, 5, false, 0, 0,
+                   false, cuda::TopkEmit::automatic, v);
 }
 
 }  // namespace
@@ -226,6 +283,7 @@ int main(int argc, char** argv) try {
     bench_case(128, 64 << 10, 2048, none, "phase", normal, P::automatic, stop);
     if (stop != 2) bench_case(8192, 4 << 10, 2048, none, "phase", normal, P::automatic, stop);
   }
+  bench_s7_variants();
   // The old timing (host's cost counted), as session 3 measured.
   bench_case(1, 4 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);
   bench_case(128, 64 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);

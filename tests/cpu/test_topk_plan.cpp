@@ -1,6 +1,7 @@
 // Top-k's plan (src/cuda/topk/plan.h) on fabricated devices: the algorithm (sampled when its shared
 // memory fits, else global; a forced choice), the threads per row, the CTAs per row (clusters for lone
-// long rows on sm_90), the sampled kernel's emit (the recount unless forced), the shared-memory count.
+// long rows on sm_90), the sampled kernel's emit (the kept masks unless forced; the lean one only forced),
+// its L2 prefetch (only forced), the shared-memory count.
 // Host code.
 #include <gtest/gtest.h>
 
@@ -130,6 +131,74 @@ TEST(TopkPlan, EmitIsTheRecountUnlessForced) {
   EXPECT_EQ(make_plan(kShort, kH200, {.cluster = 4, .emit = Emit::kept_masks}).cluster, 4);
   EXPECT_EQ(make_plan(kLong, kTiny, {.emit = Emit::kept_masks}).emit, Emit::recount);  // global: no shared memory
   EXPECT_STREQ(emit_name(Emit::kept_masks), "kept_masks");
+}
+
+// Session 7's lean kept-masks emit: only when forced, and the global kernel keeps the recount.
+TEST(TopkPlan, LeanEmitOnlyWhenForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_NE(plan.emit, Emit::kept_masks_lean);
+      const auto forced = make_plan(prob, caps, {.emit = Emit::kept_masks_lean});
+      EXPECT_EQ(forced.emit, forced.select == Select::sampled ? Emit::kept_masks_lean : Emit::recount)
+          << caps.arch << " width " << prob.width;
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.smem, plan.smem);
+    }
+  EXPECT_STREQ(emit_name(Emit::kept_masks_lean), "kept_masks_lean");
+}
+
+// Session 7's L2 prefetch of the sampled kernel's long rows: off unless forced (unmeasured), and never on the
+// global kernel; forcing it changes nothing else of the plan.
+TEST(TopkPlan, L2PrefetchOnlyWhenForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_FALSE(plan.l2_prefetch) << caps.arch << " width " << prob.width;
+      const auto forced = make_plan(prob, caps, {.l2_prefetch = true});
+      EXPECT_EQ(forced.l2_prefetch, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(forced.select, plan.select);
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.emit, plan.emit);
+      EXPECT_EQ(forced.smem, plan.smem);
+    }
+  EXPECT_FALSE(make_plan(kLong, kH200, {.select = Select::global, .l2_prefetch = true}).l2_prefetch);
+}
+
+// Session 7's lean select (the sampled kernel's key-digit histograms): off unless forced, never on the global
+// kernel, nothing else of the plan changed.
+TEST(TopkPlan, LeanSelectOnlyWhenForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_FALSE(plan.lean_select);
+      const auto forced = make_plan(prob, caps, {.lean_select = true});
+      EXPECT_EQ(forced.lean_select, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(forced.select, plan.select);
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.emit, plan.emit);
+      EXPECT_FALSE(forced.l2_prefetch);
+    }
+}
+
+// Session 7's offset digit (the sampled regime's candidates ranked first relative to the threshold): off unless
+// forced, never on the global kernel, nothing else of the plan changed.
+TEST(TopkPlan, OffsetDigitOnlyWhenForced) {
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+      const auto plan = make_plan(prob, caps);
+      EXPECT_FALSE(plan.offset_digit);
+      const auto forced = make_plan(prob, caps, {.offset_digit = true});
+      EXPECT_EQ(forced.offset_digit, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(forced.select, plan.select);
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.emit, plan.emit);
+      EXPECT_FALSE(forced.lean_select);
+    }
 }
 
 }  // namespace

@@ -4,18 +4,25 @@
 // kernel's clamping of device-side lengths. Every GPU run is done twice on poisoned outputs and must
 // give identical bits. Every check runs the sampled kernel eight ways (one CTA per row, and a cluster of
 // 2, 4 and 8 CTAs per row: on sm_90 the CTAs split the row's filter and gather into CTA 0; elsewhere
-// the same one-CTA launch; each with both emits: the recount (the default) and the kept masks,
+// the same one-CTA launch; each with both emits: the recount and the kept masks (the default),
 // topk_op::Emit), each against the oracle; they are checked on the rows that defeat the
 // sample (the exact fallback), on misaligned rows around the 4096-value regime boundary and on ties
 // broken by position in shared memory; the multi-pass kernel is also checked on its own (TopkPath::global),
-// the direct (unstaged) emit too, and a CUDA graph's replays against eager runs.
+// the direct (unstaged) emit too, and a CUDA graph's replays against eager runs. Session 7's opt-in
+// variants (topk_op::Tuning) run every check too (thirteen kernel choices in all): the L2 prefetch, the lean kept-masks
+// emit and the lean select each with one CTA per row, the offset digit with clusters of 2, all four with clusters of 8
+// (the lean emit also in the graph replays); rows whose top values the sample misses test the offset digit's range (its
+// restart from the standard digits).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "attnserve/ops/topk.h"
 #include "cpu/test_topk_util.h"
@@ -36,6 +43,10 @@ struct KernelChoice {
   int cluster;         // CTAs per row (cuda::set_topk_cluster; 0: the plan's)
   bool masks = false;  // the sampled kernel's emit: kept masks (true) or the recount (cuda::set_topk_emit)
   const char* name;
+  bool l2_prefetch = false;  // the sampled kernel's long rows prefetch their steps into L2 (cuda::set_topk_l2_prefetch)
+  bool lean_emit = false;    // the kept-masks emit's lean count and stores (TopkEmit::kept_masks_lean; masks implied)
+  bool lean_select = false;  // the lean key-digit histograms (cuda::set_topk_lean_select)
+  bool offset_digit = false;  // the candidates' first digit relative to the threshold (cuda::set_topk_offset_digit)
 };
 std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
@@ -45,19 +56,46 @@ std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, kept-masks emit"},
     {cuda::TopkPath::sampled, 4, true, "sampled, clusters of 4 CTAs per row, kept-masks emit"},
-    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"}};
+    {cuda::TopkPath::sampled, 8, true, "sampled, clusters of 8 CTAs per row, kept-masks emit"},
+    // Session 7's opt-in variants (topk_op::Tuning) with the default emit's masks: each alone (one CTA per row;
+    // the offset digit with clusters of 2), all four with clusters of 8 (the lean emit: whole rows, long rows
+    // and the ragged transform take it; the others its fallback, the kept-masks emit).
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, L2 prefetch", true},
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean kept-masks emit", false, true},
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean select", false, false, true},
+    {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, offset digit", false, false, false, true},
+    {cuda::TopkPath::sampled, 8, true,
+     "sampled, clusters of 8 CTAs per row, L2 prefetch + lean emit + lean select + offset digit", true, true, true,
+     true}};
 
+// ATTNSERVE_TOPK_S7=0 in the environment skips session 7's opt-in variants (e.g. under racecheck, where every
+// kernel choice of a check costs ~3 s).
+bool is_s7_variant(const KernelChoice& c) { return c.l2_prefetch || c.lean_emit || c.lean_select || c.offset_digit; }
+bool skip_s7_variants() {
+  const char* e = std::getenv("ATTNSERVE_TOPK_S7");
+  return e != nullptr && std::string(e) == "0";
+}
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
+  static const bool skip_s7 = skip_s7_variants();
   for (const KernelChoice& c : g_paths) {
+    if (skip_s7 && is_s7_variant(c)) continue;
     SCOPED_TRACE(std::string("kernel ") + c.name);
     cuda::set_topk_path(c.path);
     cuda::set_topk_cluster(c.cluster);
-    cuda::set_topk_emit(c.masks ? cuda::TopkEmit::kept_masks : cuda::TopkEmit::recount);
+    cuda::set_topk_emit(c.lean_emit ? cuda::TopkEmit::kept_masks_lean
+                        : c.masks   ? cuda::TopkEmit::kept_masks
+                                    : cuda::TopkEmit::recount);
+    cuda::set_topk_l2_prefetch(c.l2_prefetch);
+    cuda::set_topk_lean_select(c.lean_select);
+    cuda::set_topk_offset_digit(c.offset_digit);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
     cuda::set_topk_emit(cuda::TopkEmit::automatic);
+    cuda::set_topk_l2_prefetch(false);
+    cuda::set_topk_lean_select(false);
+    cuda::set_topk_offset_digit(false);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -336,11 +374,9 @@ struct ForcePath {
 };
 
 // The sampled kernel's emit for one scope (the plan's after it, also when an ASSERT leaves the test).
-struct ForceMaskEmit {
-  explicit ForceMaskEmit(bool masks) {
-    cuda::set_topk_emit(masks ? cuda::TopkEmit::kept_masks : cuda::TopkEmit::recount);
-  }
-  ~ForceMaskEmit() { cuda::set_topk_emit(cuda::TopkEmit::automatic); }
+struct ForceEmit {
+  explicit ForceEmit(cuda::TopkEmit emit) { cuda::set_topk_emit(emit); }
+  ~ForceEmit() { cuda::set_topk_emit(cuda::TopkEmit::automatic); }
 };
 
 }  // namespace
@@ -409,6 +445,41 @@ TEST(TopkGpu, SampledPathAdversarialRows) {
     for (int64_t j = 0; j < width; ++j) p.row(3)[j] = (j % 11 == 0) ? 1.f : (j % 17 == 0 ? 2.f : -1.f);
     for (int64_t j = 0; j < width; ++j) p.row(4)[j] = -kInf;
     for (int i = 0; i < 300; ++i) p.row(4)[pos(g)] = float(i % 7);
+    check_gpu(p);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Rows whose top values all lie outside the sample's chunks, ~2^30 keys above the small rest (N(0, 1) x
+// 1e-20): the threshold from the sample keeps the huge values and ~r / 4096 of the small ones, and the k-th
+// lies far above it, in the offset digit's top bin (TopkParams::offset_digit: its restart from the standard
+// digits). Row 0: distinct huge values; row 1: all huge values tied (the positions decide). Exact on every path.
+TEST(TopkGpu, TopValuesOutsideTheSample) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Case {
+    int64_t width, k, huge;
+  };
+  for (const Case c : {Case{65536, 2048, 3000}, Case{65536, 2048, 2048}, Case{8000, 1000, 1100}}) {
+    SCOPED_TRACE("width " + std::to_string(c.width) + " topk " + std::to_string(c.k) + " huge " +
+                 std::to_string(c.huge));
+    TopkProblem p(2, c.width, c.k);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    for (int64_t i = 0; i < p.rows * p.width; ++i) p.row(0)[i] *= 1e-20f;
+    // The sample (topk_sampled.cuh): 32 chunks of 128 values at quads c * (nq - 32) / 31 (rows 16-byte aligned).
+    const int64_t nq = c.width / 4;
+    std::vector<char> sampled(std::size_t(c.width), 0);
+    for (int64_t ch = 0; ch < 32; ++ch)
+      for (int64_t j = 4 * (ch * (nq - 32) / 31), e = j + 128; j < e; ++j) sampled[std::size_t(j)] = 1;
+    std::vector<int64_t> free_pos;
+    for (int64_t j = 0; j < c.width; ++j)
+      if (!sampled[std::size_t(j)]) free_pos.push_back(j);
+    ASSERT_GE(int64_t(free_pos.size()), c.huge);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      std::shuffle(free_pos.begin(), free_pos.end(), g);
+      for (int64_t i = 0; i < c.huge; ++i)
+        p.row(r)[free_pos[std::size_t(i)]] = r == 0 ? 1e20f * (1.f + float(i) / float(c.huge)) : 1e20f;
+    }
     check_gpu(p);
     if (HasFatalFailure()) return;
   }
@@ -515,20 +586,23 @@ TEST(TopkGpu, ClusterGatherOverflowGoesToTheFallback) {
 }
 
 // CUDA-graph replays of top-k (the plan's choice: clusters of 8, 4 and 2 CTAs for lone long rows on sm_90,
-// whole rows, the sampled regime; both emits) equal eager runs bit for bit, and the oracle.
+// whole rows, the sampled regime; the three emits) equal eager runs bit for bit, and the oracle.
 TEST(TopkGpu, GraphReplayEqualsEager) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   struct Shape {
     int64_t rows, width, k;
   };
-  for (const bool masks : {false, true})
+  for (const cuda::TopkEmit emit_kind :
+       {cuda::TopkEmit::recount, cuda::TopkEmit::kept_masks, cuda::TopkEmit::kept_masks_lean})
     for (const Shape sh :
          {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
           Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
-      SCOPED_TRACE(std::string(masks ? "kept-masks emit" : "recount emit") + " rows " + std::to_string(sh.rows) +
-                   " width " + std::to_string(sh.width));
-      const ForceMaskEmit emit(masks);
+      SCOPED_TRACE(std::string(emit_kind == cuda::TopkEmit::recount      ? "recount emit"
+                               : emit_kind == cuda::TopkEmit::kept_masks ? "kept-masks emit"
+                                                                         : "lean kept-masks emit") +
+                   " rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
+      const ForceEmit emit(emit_kind);
       TopkProblem p(sh.rows, sh.width, sh.k);
       fill_normal(p.row(0), p.rows * p.width, g);
       p.lengths.ptr<int32_t>()[0] = int32_t(sh.width - 3);

@@ -23,6 +23,7 @@ const char* emit_name(Emit e) {
     case Emit::automatic: return "automatic";
     case Emit::recount: return "recount";
     case Emit::kept_masks: return "kept_masks";
+    case Emit::kept_masks_lean: return "kept_masks_lean";
   }
   return "?";
 }
@@ -74,7 +75,10 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
     if (caps.arch < 90) c.cluster = 1;
     // The kept-masks emit by default (610e825, H200: 8192 x 4K 158.3 us against the recount's 207.3,
     // 128 x 64K 23.5 against 26.0, 1 x 4K 8.9 against 9.7; bench/NOTES.md session 7).
-    c.emit = tune.emit == Emit::recount ? Emit::recount : Emit::kept_masks;
+    c.emit = tune.emit == Emit::recount || tune.emit == Emit::kept_masks_lean ? tune.emit : Emit::kept_masks;
+    c.l2_prefetch = tune.l2_prefetch;    // off unless forced (unmeasured: bench/NOTES.md session 7)
+    c.lean_select = tune.lean_select;    // likewise
+    c.offset_digit = tune.offset_digit;  // likewise
   }
   return c;
 }

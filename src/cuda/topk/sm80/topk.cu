@@ -30,6 +30,9 @@ int g_threads = 0;
 int g_cluster = 0;
 bool g_direct_emit = false;
 TopkEmit g_emit = TopkEmit::automatic;
+bool g_l2_prefetch = false;
+bool g_lean_select = false;
+bool g_offset_digit = false;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
@@ -109,8 +112,8 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
     topk_detail::topk_global_kernel<kThreads><<<rows, kThreads, 0, s>>>(p);
     return;
   }
-  // The emit is a compile-time variant of the one kernel (kKeepMasks).
-  if (plan.emit == topk_op::Emit::kept_masks)
+  // The emit is a compile-time variant of the one kernel (kKeepMasks; the lean one a runtime flag of it).
+  if (plan.emit == topk_op::Emit::kept_masks || plan.emit == topk_op::Emit::kept_masks_lean)
     launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true>>(p, rows, kThreads, plan.cluster,
                                                                                 plan.smem, s);
   else
@@ -118,15 +121,20 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
                                                                                  plan.smem, s);
 }
 
-topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit) {
+topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, bool l2_prefetch, bool lean_select,
+                          bool offset_digit) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
   t.threads = threads;
   t.cluster = cluster;
-  t.emit = emit == TopkEmit::kept_masks ? topk_op::Emit::kept_masks
-           : emit == TopkEmit::recount  ? topk_op::Emit::recount
-                                        : topk_op::Emit::automatic;
+  t.emit = emit == TopkEmit::kept_masks        ? topk_op::Emit::kept_masks
+           : emit == TopkEmit::kept_masks_lean ? topk_op::Emit::kept_masks_lean
+           : emit == TopkEmit::recount         ? topk_op::Emit::recount
+                                               : topk_op::Emit::automatic;
+  t.l2_prefetch = l2_prefetch;
+  t.lean_select = lean_select;
+  t.offset_digit = offset_digit;
   return t;
 }
 
@@ -139,6 +147,9 @@ void set_topk_threads(int threads) { g_threads = threads; }
 void set_topk_cluster(int ctas) { g_cluster = ctas; }
 void set_topk_direct_emit(bool direct) { g_direct_emit = direct; }
 void set_topk_emit(TopkEmit emit) { g_emit = emit; }
+void set_topk_l2_prefetch(bool on) { g_l2_prefetch = on; }
+void set_topk_lean_select(bool on) { g_lean_select = on; }
+void set_topk_offset_digit(bool on) { g_offset_digit = on; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -148,8 +159,9 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
-  const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
-                                                tuning_of(g_topk_path, g_threads, g_cluster, g_emit));
+  const topk_op::Plan plan = topk_op::make_plan(
+      topk_op::problem_of(a), current_device_caps(),
+      tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch, g_lean_select, g_offset_digit));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -185,6 +197,10 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const bool wide = plan.kernel == topk_op::Kernel::rows_1024;
   p.direct_emit = g_direct_emit ? 1 : 0;
   p.debug_stop = g_debug_stop;
+  p.l2_prefetch = plan.l2_prefetch ? 1 : 0;
+  p.lean_emit = plan.emit == topk_op::Emit::kept_masks_lean ? 1 : 0;
+  p.lean_select = plan.lean_select ? 1 : 0;
+  p.offset_digit = plan.offset_digit ? 1 : 0;
   if (wide) launch<1024>(plan, p, unsigned(rows), s);
   else launch<256>(plan, p, unsigned(rows), s);
   ATTNSERVE_CUDA_CHECK_LAUNCH();

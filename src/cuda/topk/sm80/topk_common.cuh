@@ -33,8 +33,12 @@ struct TopkParams {
   int64_t num_requests;
   const int32_t* offsets;  // ragged: [rows]
   int64_t offset_stride;
-  int direct_emit;  // benchmarks only: the sampled kernel stores its outputs directly (no shared-memory staging)
-  int debug_stop;   // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
+  int direct_emit;   // benchmarks only: the sampled kernel stores its outputs directly (no shared-memory staging)
+  int debug_stop;    // benchmarks only: the sampled kernel returns after phase n (1..5); 0 runs it whole
+  int l2_prefetch;   // the sampled kernel's long rows prefetch their filter's steps into L2 (Plan::l2_prefetch)
+  int lean_emit;     // the kept-masks emit's lean stores where they apply (Emit::kept_masks_lean)
+  int lean_select;   // the sampled kernel's key-digit histograms without a branch per entry (Plan::lean_select)
+  int offset_digit;  // the sampled regime's candidates: first digit relative to the threshold (Plan::offset_digit)
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,

@@ -134,16 +134,120 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const Selec
   __syncthreads();
 }
 
+// candidate_histogram for a key digit, lean (TopkParams::lean_select; opt-in, unmeasured). The first digit
+// (no prefix fixed yet: every entry matches) counts the whole quads of a segment without a test or a branch
+// per entry (ptxas puts a branch around every conditional shared atomic); later digits match the fixed prefix
+// by key - lo <= span (one subtraction and one compare instead of the guarded shift and compare). The same
+// histogram as candidate_histogram.
+template <int kThreads>
+__device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
+  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+  const uint32_t n = S.cnt[warp];
+  const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
+  const uint32_t mask = (1u << dg.width) - 1u;
+  if (st.kshift >= 32) {  // block-uniform
+    for (uint32_t q = lane; 4 * q < n; q += 32) {
+      const uint4 k4 = key4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+      if (4 * q + 4 <= n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
+      } else {  // the segment's last, partial quad
+#pragma unroll
+        for (int e = 0; e < 3; ++e)
+          if (4 * q + e < n) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
+      }
+    }
+  } else {
+    const uint32_t lo = st.kprefix << st.kshift;   // the prefix's lowest key
+    const uint32_t span = (1u << st.kshift) - 1u;  // its keys: lo .. lo + span
+    for (uint32_t q = lane; 4 * q < n; q += 32) {
+      const uint4 k4 = key4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < n && kk[e] - lo <= span) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
+    }
+  }
+  __syncthreads();
+}
+
+// The candidates' first digit relative to the sample's threshold (TopkParams::offset_digit; opt-in,
+// unmeasured): every candidate of the sampled regime has key >= t, so bin min((key >> 16) - (t >> 16), 4095)
+// is monotone in the key and, below the top bin, a 16-bit key prefix: t >> 16 plus the bin. Candidates sit
+// just above t, where the fixed top-12-bit digit puts most of them in a handful of bins (an octave of the
+// float is 8 bins: shared-atomic contention, and a second pass over hundreds of matches); here 4095 bins
+// of 2^16 keys each span 2^28 keys (> 30 octaves) above t.
+constexpr int kOffsetShift = 16;
+template <int kThreads>
+__device__ inline void candidate_histogram_offset(SampledSmem<kThreads>& S, uint32_t base) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
+  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+  const uint32_t n = S.cnt[warp];
+  const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
+  for (uint32_t q = lane; 4 * q < n; q += 32) {
+    const uint4 k4 = key4[q];
+    const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+    uint32_t d[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[e] = min((kk[e] >> kOffsetShift) - base, uint32_t(kBins - 1));
+    if (4 * q + 4 <= n) {  // whole quads: no test per entry (as candidate_histogram_lean)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) atomicAdd(&S.hist[d[e]], 1u);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 3; ++e)
+        if (4 * q + e < n) atomicAdd(&S.hist[d[e]], 1u);
+    }
+  }
+  __syncthreads();
+}
+
+// The digits after the offset digit (a 16-bit key prefix fixed): key bits 4..15, 0..3, then the positions.
+__device__ __forceinline__ SelectDigit select_digit_after_offset(int pass) {
+  switch (pass) {
+    case 0: return {false, 4, 12};
+    case 1: return {false, 0, 4};
+    case 2: return {true, 19, 12};
+    case 3: return {true, 7, 12};
+    default: return {true, 0, 7};
+  }
+}
+
 // Radix select over the segments' keys (positions when `with_pos`): the state whose at_or_above() holds for
 // exactly `need` entries (with_pos), or, for the sample (!with_pos), a key prefix holding at least `need`
 // entries and at most need / 2 more (or the exact key). Every thread calls it; ends after a barrier.
+// lean (block-uniform): the key digits' histograms by candidate_histogram_lean (the same state results).
+// floor_key (block-uniform, with_pos only; 0: none): every entry's key is >= it, and the first digit is the
+// offset digit (candidate_histogram_offset); a k-th entry in its top bin restarts from the standard digits.
+// Either way the same entries are at_or_above() the result.
 template <int kThreads>
-__device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos) {
+__device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos,
+                                                bool lean = false, uint32_t floor_key = 0) {
   SelectState st;
   const uint32_t r = need;
-  for (int pass = 0; pass < (with_pos ? 6 : 3); ++pass) {
-    const SelectDigit dg = select_digit(pass);
-    candidate_histogram<kThreads>(S, st, dg);
+  bool after_offset = false;
+  if (floor_key != 0) {
+    const uint32_t base = floor_key >> kOffsetShift;
+    candidate_histogram_offset<kThreads>(S, base);
+    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    if (pick.digit < uint32_t(kBins - 1)) {  // else the k-th is above the digit's range: the standard passes
+      need -= pick.above;
+      st.kprefix = base + pick.digit;
+      st.kshift = kOffsetShift;
+      if (pick.count == need) return st;
+      after_offset = true;
+    }
+  }
+  for (int pass = 0; pass < (after_offset ? 5 : with_pos ? 6 : 3); ++pass) {
+    const SelectDigit dg = after_offset ? select_digit_after_offset(pass) : select_digit(pass);
+    if (lean && !dg.on_pos) candidate_histogram_lean<kThreads>(S, st, dg);
+    else candidate_histogram<kThreads>(S, st, dg);
     const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
     need -= pick.above;
     if (!dg.on_pos) {
@@ -182,6 +286,18 @@ __device__ __forceinline__ float key_threshold_float(uint32_t t) {
 }
 
 __device__ __forceinline__ uint32_t warp_sum(uint32_t v) { return __reduce_add_sync(ptx::kFullMask, v); }
+
+// ---- L2 prefetch of the filter's steps (TopkParams::l2_prefetch; opt-in, unmeasured)
+// A warp's steps are first, first + stride, ... (128 values = 512 bytes each); lane l prefetches the 128-byte
+// line l % 4 of the (l / 4)-th of the n <= 8 steps from `first` (a step that starts mid-line leaves its last
+// partial line to the demand load, or to the next step's prefetch). No data comes back: nothing waits on it.
+constexpr int kPrefetchSteps = 8;  // steps per warp prefetched before the threshold is known (4 KB a warp)
+__device__ __forceinline__ void prefetch_steps_l2(const float4* q4, int32_t nq, int32_t first, int32_t stride, int n) {
+  const int lane = threadIdx.x & 31;
+  if ((lane >> 2) >= n) return;
+  const int32_t q = (first + (lane >> 2) * stride) * 32 + (lane & 3) * 8;  // 8 quads: one 128-byte line
+  if (q < nq) asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(q4 + q)));
+}
 
 // ---- thread-block clusters (sm_90; compiled out below, where every launch is one CTA per row)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -269,12 +385,27 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
   // A select that ended on key bits (no position pass: pshift 31, pprefix 0) selects by the key alone:
   // at_or_above(key, rp) is then shr32(key, kshift) >= kprefix for every rp (used by the kKeepMasks emit).
   const bool key_only = kKeepMasks && st.pshift == 31;
+  // The lean emit (TopkParams::lean_emit, topk_op::Emit::kept_masks_lean; opt-in, unmeasured), where the select
+  // ended on key bits and the outputs are staged positions (+ the ragged offset): the count pass compares each
+  // key with the whole threshold key (one compare, no shift), and the store pass writes each selected entry
+  // by a predicated store at its slot (the count of the quad's lower selected entries), with no branch and no
+  // transform switch per entry. The same slots and values as the kept-masks emit: the same bits out.
+  const bool lean = kKeepMasks && p.lean_emit && key_only && staged &&
+                    (p.transform == int(TopkTransform::none) || p.transform == int(TopkTransform::ragged));
+  const uint32_t lean_thr = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // key >= it <=> at_or_above
+  const uint32_t lean_add =
+      lean && p.transform == int(TopkTransform::ragged) ? uint32_t(p.offsets[row * p.offset_stride]) : 0u;
   // The selected entries of quad q among its first n - 4q: bit e for entry 4q + e (p4: the quad's positions,
   // unless key_only).
   auto selected4 = [&](uint32_t q, uint4& p4) {
     uint32_t m = 0;
     if (4 * q < n) {
       const uint4 k4 = key4[q];
+      if (lean) {  // the threshold key; then the entries past n cut off
+        m = uint32_t(k4.x >= lean_thr) | uint32_t(k4.y >= lean_thr) << 1 | uint32_t(k4.z >= lean_thr) << 2 |
+            uint32_t(k4.w >= lean_thr) << 3;
+        return 4 * q + 4 <= n ? m : m & ((1u << (n - 4 * q)) - 1u);
+      }
       if (key_only) {
         const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
@@ -328,6 +459,14 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
                     4u * uint32_t(__popc(b2 & lanes_below));
     slot0 += uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2));
     const uint32_t pp[4] = {p4.x, p4.y, p4.z, p4.w};
+    if (lean) {  // warp-uniform; slot + (selected entries of the quad below e); k selected in all: slot < k
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t se = slot + uint32_t(__popc(m & ((1u << e) - 1u)));
+        if (((m >> e) & 1u) && se < uint32_t(k)) S.hist[se + pad] = pp[e] + lean_add;
+      }
+      continue;
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if ((m >> e) & 1u) {
@@ -389,7 +528,8 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   const int32_t steps = (nq + 31) >> 5;  // 32 quads (128 values) per step; warp w takes steps w, w + kWarps, ...
   uint32_t* seg_bits = S.bits + warp * kSegCap;
   uint32_t* seg_pos = S.pos + warp * kSegCap;
-  uint32_t cnt = 0;  // warp-uniform: entries of this warp's segment
+  uint32_t cnt = 0;         // warp-uniform: entries of this warp's segment
+  uint32_t cand_floor = 0;  // the sampled regime's threshold key t (> 0: every candidate's key is >= it)
 
   // Appends the lanes' flagged values (warp-synchronous), in lane order.
   auto push1 = [&](bool cand, float x, uint32_t pos) {
@@ -448,6 +588,11 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
       const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
       v[c] = __ldg(q4 + q0 + lane);
     }
+    const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
+    const int32_t first_step = int32_t(rank) * kWarps + warp;
+    // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
+    // behind the prefetches (ptxas issues it once they land, after their key conversion: checked in the SASS).
+    if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
 #pragma unroll
     for (int c = 0; c < kChunksPerWarp; ++c)  // keys directly: the sample is only ranked
       reinterpret_cast<uint4*>(seg_bits + c * 128)[lane] =
@@ -459,7 +604,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     const float ks = float(k) * float(kSampleSize) / float(4 * nq);
     const float rf = ks + 5.f * sqrtf(ks) + 16.f;
     if (rf < float(kSampleSize)) {
-      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false);
+      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false, p.lean_select != 0);
       t = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // the lower edge of the chosen key bin
     }
     // Everything read from the sample was read before find_bin's last barrier: the segments are free.
@@ -468,6 +613,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     // ---- 2. filter: values x >= tf (key >= t; t == 0: everything, NaN included) into the warp's segment.
     // Global warp gw = rank * kWarps + warp of the cluster takes steps gw, gw + nranks * kWarps, ...
     const bool take_all = t == 0;
+    cand_floor = t;
     const float tf = key_threshold_float(t);
     if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
       int32_t jj = -1;
@@ -476,8 +622,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
       const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
       push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
     }
-    const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
-    for (int32_t s0 = int32_t(rank) * kWarps + warp; s0 < steps; s0 += wstride * kUnroll) {
+    static_assert(kPrefetchSteps % kUnroll == 0 && kUnroll <= 8, "prefetched steps: whole iterations, 8 per warp");
+    for (int32_t s0 = first_step; s0 < steps; s0 += wstride * kUnroll) {
+      // kPrefetchSteps ahead: this iteration's steps were prefetched one or two iterations (or the threshold) ago.
+      if (p.l2_prefetch) prefetch_steps_l2(q4, nq, s0 + kPrefetchSteps * wstride, wstride, kUnroll);
       float4 v4[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -538,7 +686,8 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
 
   // ---- 3. exact radix select on (key, position)
   segment_bits_to_keys<kThreads>(S);
-  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true);
+  const SelectState st =
+      radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0, p.offset_digit ? cand_floor : 0u);
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
