@@ -299,29 +299,46 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
     }
   };
 
+  // kQuad: the wgmma descriptors and this lane's scale / flag addresses by addition (fewer instructions a block,
+  // the same values): a descriptor's address field is bits [0, 14) of address / 16 and shared memory lies below
+  // 256 KB, so adding a k step (32 bytes: 2) or a stage (8 KB: 512) never carries out of it.
+  const uint64_t a_desc0 = sm90::desc_kmajor(ptx::smem_addr(sK));
+  const uint64_t b_desc0 = sm90::desc_kmajor(b_base + uint32_t(t0 * kHeads * kDim));
+  const uint32_t scale_addr0 = ptx::smem_addr(sScale + my_key), ok_addr0 = ptx::smem_addr(sOk + my_key);
+
 #pragma unroll 1
   for (int i = w; i < n; i += kLanes) {
-    const int slot = i % kS;
-    sm90::mbar_wait(full(slot), (i / kS) & 1);
+    const int slot = kQuad ? int(unsigned(i) % kS) : i % kS;
+    sm90::mbar_wait(full(slot), kQuad ? int((unsigned(i) / kS) & 1) : (i / kS) & 1);
     sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
     const uint32_t a_base = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
     if constexpr (kPingPong) sm90::named_sync(kBarOf0 + w, 256);  // the other warpgroup issued block i - 1
     sm90::wg_fence();
+    if constexpr (kQuad) {
+      const uint64_t a_desc = a_desc0 + uint32_t(slot) * (kB * kDim / 16);
 #pragma unroll
-    for (int b = 0; b < kBanks; ++b) {
-      const uint32_t bank_base = b_base + uint32_t((t0 * kHeads + b * kBankN) * kDim);  // q rows of bank b
-#pragma unroll
-      for (int k = 0; k < kDim / 32; ++k)
-        sm90::WgmmaFp8<kBankN>::ss(acc[b], sm90::desc_kmajor(a_base + 32 * k), sm90::desc_kmajor(bank_base + 32 * k),
-                                   k);
+      for (int k = 0; k < kDim / 32; ++k) sm90::WgmmaFp8<kBankN>::ss(acc[0], a_desc + 2 * k, b_desc0 + 2 * k, k);
       sm90::wg_commit();
+    } else {
+#pragma unroll
+      for (int b = 0; b < kBanks; ++b) {
+        const uint32_t bank_base = b_base + uint32_t((t0 * kHeads + b * kBankN) * kDim);  // q rows of bank b
+#pragma unroll
+        for (int k = 0; k < kDim / 32; ++k)
+          sm90::WgmmaFp8<kBankN>::ss(acc[b], sm90::desc_kmajor(a_base + 32 * k), sm90::desc_kmajor(bank_base + 32 * k),
+                                     k);
+        sm90::wg_commit();
+      }
     }
     if constexpr (kPingPong)
       if (i + 1 < n) sm90::named_arrive(kBarOf0 + (1 - w), 256);  // the other warpgroup may issue block i + 1
     // The key this lane writes (lanes q4 0 and 1 of a quad: keys key_l and key_l + 8), read while the wgmmas run.
     float my_scale;
     bool my_ok;
-    if constexpr (kBatched) {
+    if constexpr (kQuad) {
+      my_scale = lds_f32(scale_addr0 + uint32_t(slot * kB * 4));
+      my_ok = lds_u8(ok_addr0 + uint32_t(slot * kB)) != 0;
+    } else if constexpr (kBatched) {
       my_scale = lds_f32(ptx::smem_addr(sScale + slot * kB + my_key));
       my_ok = lds_u8(ptx::smem_addr(sOk + slot * kB + my_key)) != 0;
     } else {
