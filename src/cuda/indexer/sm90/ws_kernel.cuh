@@ -136,6 +136,36 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
       ptx::cp_async_16(ptx::smem_addr(sQ) + sm90::sw128_offset(r, c), src, ok ? 16 : 0);
     }
     const int key = tid >> 1, half = tid & 1;
+    if constexpr (kQuad && !kPaged) {
+      // The quad ragged producer (32 registers): block i's keys at p.k + (cfirst + 64 i + key) * k_row_stride,
+      // so the sources advance by one block a step (no per-block 64-bit products); inside the union window
+      // or zero-filled and flagged, as below. Waits sleep (suspend-time hint) instead of spinning.
+      const uint8_t* src = p.k + (cfirst + key) * p.k_row_stride + 64 * half;
+      const float* ssrc = p.k_scale + (cfirst + key) * p.k_scale_stride;
+      const int64_t step = int64_t(kB) * p.k_row_stride, sstep = int64_t(kB) * p.k_scale_stride;
+      uint32_t dst[4];  // this thread's 4 chunks of its key row in a stage
+#pragma unroll
+      for (int c = 0; c < 4; ++c) dst[c] = ptx::smem_addr(sK) + sm90::sw128_offset(key, 4 * half + c);
+      const uint32_t scale_dst = ptx::smem_addr(sScale + key), ok_dst = ptx::smem_addr(sOk + key);
+      int64_t col = cfirst + key;
+#pragma unroll 1
+      for (int i = 0; i < n; ++i, src += step, ssrc += sstep, col += kB) {
+        const uint32_t slot = unsigned(i) % kS;
+        const bool ok = col >= umin && col < umax;
+        if (i >= kS) sm90::mbar_wait_sleep(empty(int(slot)), int(((unsigned(i) / kS) - 1) & 1));
+        const uint8_t* s = ok ? src : p.q;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) ptx::cp_async_16(dst[c] + slot * (kB * kDim), s + 16 * c, ok ? 16 : 0);
+        if (half == 0) {
+          ptx::cp_async_4(scale_dst + slot * (kB * 4), ok ? ssrc : p.w, ok ? 4 : 0);
+          sts_u8(ok_dst + slot * kB, ok ? 1u : 0u);
+        }
+        sm90::cp_async_mbar_arrive(full(int(slot)));  // fires when this thread's copies (and q's) landed
+        sm90::mbar_arrive(full(int(slot)));           // releases the flag store
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight at exit
+      return;
+    }
     // Page ids run kWsPageAhead blocks ahead of the copies (registers pg[a] for blocks i0 + a): the loads
     // are issued early and their values first used kWsPageAhead blocks later, so a CTA's start pays about
     // kS / kWsPageAhead page-table round trips instead of one a block. pg = -1: not read (outside the
@@ -153,9 +183,8 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
       }
       return v;
     };
-    // The quad form's producer has 32 registers: ragged keeps no page ids ahead (its "id" is only the
-    // union-window test), paged 4.
-    constexpr int kAhead = !kQuad ? kWsPageAhead : (kPaged ? kWsQuadPageAhead : 1);
+    // The quad form's producer has 32 registers: page ids kWsQuadPageAhead blocks ahead.
+    constexpr int kAhead = kQuad ? kWsQuadPageAhead : kWsPageAhead;
     int32_t pg[kAhead];
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) pg[a] = fetch(a);
@@ -309,7 +338,8 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
 #pragma unroll 1
   for (int i = w; i < n; i += kLanes) {
     const int slot = kQuad ? int(unsigned(i) % kS) : i % kS;
-    sm90::mbar_wait(full(slot), kQuad ? int((unsigned(i) / kS) & 1) : (i / kS) & 1);
+    if constexpr (kQuad) sm90::mbar_wait_sleep(full(slot), int((unsigned(i) / kS) & 1));
+    else sm90::mbar_wait(full(slot), (i / kS) & 1);
     sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
     const uint32_t a_base = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
     if constexpr (kPingPong) sm90::named_sync(kBarOf0 + w, 256);  // the other warpgroup issued block i - 1
