@@ -136,22 +136,17 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
       ptx::cp_async_16(ptx::smem_addr(sQ) + sm90::sw128_offset(r, c), src, ok ? 16 : 0);
     }
     const int key = tid >> 1, half = tid & 1;
-    if constexpr (kQuad && !kPaged) {
-      // The quad ragged producer (32 registers): block i's keys at p.k + (cfirst + 64 i + key) * k_row_stride,
-      // so the sources advance by one block a step (no per-block 64-bit products); inside the union window
-      // or zero-filled and flagged, as below. Waits sleep (suspend-time hint) instead of spinning.
-      const uint8_t* src = p.k + (cfirst + key) * p.k_row_stride + 64 * half;
-      const float* ssrc = p.k_scale + (cfirst + key) * p.k_scale_stride;
-      const int64_t step = int64_t(kB) * p.k_row_stride, sstep = int64_t(kB) * p.k_scale_stride;
-      uint32_t dst[4];  // this thread's 4 chunks of its key row in a stage
+    if constexpr (kQuad) {
+      // The quad producer (32 registers): the same copies, flags and arrivals as the loop below, with the
+      // per-block address arithmetic made incremental (the thread's key column advances by 64 a block) and
+      // waits that sleep (suspend-time hint) instead of spinning.
+      uint32_t dst[4];  // this thread's 4 chunks of its key row in stage 0
 #pragma unroll
       for (int c = 0; c < 4; ++c) dst[c] = ptx::smem_addr(sK) + sm90::sw128_offset(key, 4 * half + c);
       const uint32_t scale_dst = ptx::smem_addr(sScale + key), ok_dst = ptx::smem_addr(sOk + key);
-      int64_t col = cfirst + key;
-#pragma unroll 1
-      for (int i = 0; i < n; ++i, src += step, ssrc += sstep, col += kB) {
+      // Block i into its stage: ok, the key's bytes (this thread's half) and scale; else zeros, flagged.
+      auto copy_block = [&](int i, bool ok, const uint8_t* src, const float* ssrc) {
         const uint32_t slot = unsigned(i) % kS;
-        const bool ok = col >= umin && col < umax;
         if (i >= kS) sm90::mbar_wait_sleep(empty(int(slot)), int(((unsigned(i) / kS) - 1) & 1));
         const uint8_t* s = ok ? src : p.q;
 #pragma unroll
@@ -162,6 +157,51 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
         }
         sm90::cp_async_mbar_arrive(full(int(slot)));  // fires when this thread's copies (and q's) landed
         sm90::mbar_arrive(full(int(slot)));           // releases the flag store
+      };
+      const uint32_t col0 = uint32_t(cfirst + key);  // the thread's key column in block 0 (columns < 2^31)
+      auto in_window = [&](int i) {
+        const int64_t col = int64_t(col0) + int64_t(i) * kB;
+        return i < n && col >= umin && col < umax;
+      };
+      if constexpr (!kPaged) {
+        // Ragged: block i's key at p.k + (col0 + 64 i) * k_row_stride: the sources advance by a block a step.
+        const uint8_t* src = p.k + int64_t(col0) * p.k_row_stride + 64 * half;
+        const float* ssrc = p.k_scale + int64_t(col0) * p.k_scale_stride;
+        const int64_t step = int64_t(kB) * p.k_row_stride, sstep = int64_t(kB) * p.k_scale_stride;
+#pragma unroll 1
+        for (int i = 0; i < n; ++i, src += step, ssrc += sstep) copy_block(i, in_window(i), src, ssrc);
+      } else {
+        // Paged: the key's page index and in-page offset advance by q64 pages + r64 keys a block (no division
+        // by page_size a block); page ids kWsQuadPageAhead blocks ahead (pg[a]: block i0 + a; -1 outside the
+        // union window; out-of-pool ids caught at use).
+        const uint32_t ps = uint32_t(p.page_size), q64 = uint32_t(kB) / ps, r64 = uint32_t(kB) % ps;
+        const int64_t page_bytes = p.page_size * (kDim + 4);
+        const int32_t* table = p.page_table + group * p.pt_row_stride;
+        constexpr int kAhead = kWsQuadPageAhead;
+        int32_t pg[kAhead];
+#pragma unroll
+        for (int a = 0; a < kAhead; ++a)
+          pg[a] = in_window(a) ? table[int64_t((col0 + uint32_t(a * kB)) / ps) * p.pt_col_stride] : -1;
+        uint32_t f_idx = (col0 + uint32_t(kAhead * kB)) / ps;  // page index of block i + kAhead's key
+        uint32_t f_in = col0 + uint32_t(kAhead * kB) - f_idx * ps, c_in = col0 % ps;  // in-page: i + kAhead, i
+#pragma unroll 1
+        for (int i0 = 0; i0 < n; i0 += kAhead) {
+#pragma unroll
+          for (int a = 0; a < kAhead; ++a) {
+            const int i = i0 + a;
+            if (i >= n) break;  // uniform over the producer
+            const int64_t page = pg[a];
+            const bool ok = page >= 0 && page < p.num_pages;
+            const uint8_t* base = p.pool + page * page_bytes;
+            const uint8_t* src = base + c_in * kDim + 64 * half;
+            const float* ssrc = reinterpret_cast<const float*>(base + ps * kDim + c_in * 4);
+            pg[a] = in_window(i + kAhead) ? table[int64_t(f_idx) * p.pt_col_stride] : -1;  // in flight below
+            f_idx += q64, f_in += r64, c_in += r64;
+            if (f_in >= ps) f_in -= ps, ++f_idx;
+            if (c_in >= ps) c_in -= ps;
+            copy_block(i, ok, src, ssrc);
+          }
+        }
       }
       asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight at exit
       return;
@@ -183,8 +223,7 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
       }
       return v;
     };
-    // The quad form's producer has 32 registers: page ids kWsQuadPageAhead blocks ahead.
-    constexpr int kAhead = kQuad ? kWsQuadPageAhead : kWsPageAhead;
+    constexpr int kAhead = kWsPageAhead;
     int32_t pg[kAhead];
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) pg[a] = fetch(a);
