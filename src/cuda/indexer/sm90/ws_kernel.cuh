@@ -335,7 +335,10 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
   for (int t = 0; t < kWgRows; ++t) win_lo[t] = sWin[2 * (t0 + t)], win_hi[t] = sWin[2 * (t0 + t) + 1];
   const int rows_here = int(min(int64_t(kRows), p.rows - row0));  // rows of the group inside the batch
   float* const out_base = p.logits + row0 * p.logit_row_stride;
-  auto reduce_bank = [&](int b, const float* accb, int col, bool writer, bool my_ok, float my_scale) {
+  // kQuad: this lane's logit in block 0 (row row0 + t0); block i's is i * kB columns further.
+  float* const out_lane = out_base + int64_t(t0) * p.logit_row_stride + (cfirst + my_key) * p.logit_col_stride;
+  const int64_t out_step = int64_t(kB) * p.logit_col_stride;
+  auto reduce_bank = [&](int b, const float* accb, int col, bool writer, bool my_ok, float my_scale, int i) {
     float v[kBankRows], other[kBankRows];
 #pragma unroll
     for (int tt = 0; tt < kBankRows; ++tt) {
@@ -357,13 +360,13 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
     for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, other[tt], 1);
 #pragma unroll
     for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, v[tt], 2);
-    float* const out = out_base + int64_t(col) * p.logit_col_stride;
+    // out[t * row stride]: row t0 + t of the group at this lane's column (t0 = 0 but with kQuad).
+    float* const out = kQuad ? out_lane + int64_t(i) * out_step : out_base + int64_t(col) * p.logit_col_stride;
 #pragma unroll
     for (int tt = 0; tt < kBankRows; ++tt) {
       const int t = b * kBankRows + tt;
       const bool visible = my_ok && col >= win_lo[t] && col < win_hi[t];
-      if (writer && t0 + t < rows_here)
-        out[int64_t(t0 + t) * p.logit_row_stride] = visible ? v[tt] * my_scale : kNegInf;
+      if (writer && t0 + t < rows_here) out[int64_t(t) * p.logit_row_stride] = visible ? v[tt] * my_scale : kNegInf;
     }
   };
 
@@ -418,7 +421,7 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
     const bool writer = q4 < 2 && col < c1;
     auto reduce = [&](int b) {
       if constexpr (kBatched) {
-        reduce_bank(b, acc[b], col, writer, my_ok, my_scale);
+        reduce_bank(b, acc[b], col, writer, my_ok, my_scale, i);
       } else {
 #pragma unroll
         for (int t = t0 + b * kBankRows; t < t0 + (b + 1) * kBankRows; ++t)
