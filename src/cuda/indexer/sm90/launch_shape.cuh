@@ -26,6 +26,15 @@ void launch_ws_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s
   const std::size_t smem = ws_smem_bytes(kRows);
   static const bool attr_set = [&] {
     ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    // setmaxnreg moves registers inside the CTA's launch allocation: a kernel built with fewer registers than
+    // the split needs would wait forever in setmaxnreg.inc, so refuse it here (an error, not a hang).
+    cudaFuncAttributes attr{};
+    ATTNSERVE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    const bool quad = (kMode & kWsQuad) != 0;
+    const int need =
+        quad ? 128 * kWsQuadProducerRegs + 512 * kWsQuadMathRegs : 128 * kWsProducerRegs + 256 * kWsMathRegs;
+    ATTNSERVE_CHECK(attr.numRegs * ws_threads(kMode) >= need, "indexer: the ws kernel (mode ", kMode, ") has ",
+                    attr.numRegs, " registers a thread, its setmaxnreg split needs ", need, " for the CTA");
     return true;
   }();
   (void)attr_set;
