@@ -10,10 +10,9 @@
 //    barrier completes when every producer thread's copies landed (cp.async.mbarrier.arrive) and its
 //    validity flags were stored (a plain arrive: release of the st.shared).
 //  - warpgroups 1 and 2, the math (setmaxnreg up; four of them with kWsQuad, below): block i goes to
-//    warpgroup 1 + i % 2, which runs 4
-//    wgmma m64nNk32 (its 64 keys = M, the group's rows * 64 heads = N, both K-major SW128 in shared
-//    memory), frees the stage (empty barrier) as soon as its wgmmas are done, and then reduces in
-//    registers while the other warpgroup's wgmmas run: relu * w over the thread's 16 heads of a row (the
+//    warpgroup 1 + i % 2, which runs 4 wgmma m64nNk32 (its 64 keys = M, the group's rows * 64 heads = N,
+//    both K-major SW128 in shared memory), frees the stage (empty barrier) as soon as its wgmmas are done, and then
+//    reduces in registers while the other warpgroup's wgmmas run: relu * w over the thread's 16 heads of a row (the
 //    weights sit in registers), then over the quad (one exchange + one shuffle), the key scale, the mask.
 //  - kWsQuad (opt-in, config.h): 640 threads, math warpgroups 1..4, each scoring kWgRows <= 2 of the group's
 //    rows (N <= 128, so 64 accumulators and 32 weights fit in 112 registers): rows 4 split over a pair of
