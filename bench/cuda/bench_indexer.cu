@@ -24,7 +24,8 @@ namespace {
 
 // Runs `time_one(kernel name)` once per kernel that can run the problem: the portable one, then the Hopper
 // ones the plan takes under Tuning{.sm90 = 1} (ragged: the session-4 kernel and the warp-specialized one;
-// paged: the ws kernel); the ws kernel in each of its overlap modes; then the ws kernel again at each forced
+// paged: the ws kernel); the ws kernel's quad form (four math warpgroups) where it exists; the ws kernel in each
+// of its overlap modes; then the ws kernel again at each forced
 // column span of `spans` (against the plan's).
 template <typename F>
 void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const std::vector<int64_t>& spans = {}) {
@@ -39,6 +40,13 @@ void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const 
     const std::string kernel = cuda::indexer::kernel_name(plan.kernel);
     time_one(" [" + kernel + (cuda::indexer::is_sm90_ws(plan.kernel) ? " mode " + std::to_string(plan.ws_mode) : "") +
              "]");
+    // The opt-in four-math-warpgroup kernel (mode kWsQuadMode = 12) where it exists, next to the default (A/B).
+    if (cuda::indexer::is_sm90_ws(plan.kernel)) {
+      cuda::indexer::op_tuning().ws_mode = cuda::indexer90::kWsQuadMode;
+      if (cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning()).ws_mode == cuda::indexer90::kWsQuadMode)
+        time_one(" [" + kernel + " mode " + std::to_string(cuda::indexer90::kWsQuadMode) + " quad]");
+      cuda::indexer::op_tuning().ws_mode = -1;
+    }
     // The ws kernel's other modes where it has them (bits: 1 ping-pong, 2 split commit groups, 4 the batched
     // epilogue; 0 lockstep): 0..7 ragged and paged next_n 2, 4 with 16-byte keys, 0 and 4 elsewhere.
     if (cuda::indexer::is_sm90_ws(plan.kernel))

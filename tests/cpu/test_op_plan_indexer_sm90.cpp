@@ -132,8 +132,43 @@ TEST(OpPlanIndexerSm90, WsModeOnlyWhereTheKernelHasIt) {
     EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 0, .ws_mode = mode}, kSm90a).ws_mode, 0);  // session-4
     EXPECT_EQ(make_plan(paged(2), kA100, t, kSm90a).ws_mode, 0);  // the portable kernel
   }
-  // Out of range: the bits the form has.
-  EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1, .ws_mode = 13}, kSm90a).ws_mode, 13 & 7);
+  // Out of range: the bits the form has (bit 16 is none; bit 8 is the quad kernel, below).
+  EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1, .ws_mode = 21}, kSm90a).ws_mode, 21 & 7);
+}
+
+// The four-math-warpgroup kernel (opt-in bit kWsQuad): forced, it runs as kWsQuadMode (batched, no ping-pong or
+// split) where it is instantiated (ragged, paged next_n 2 and 4 with 16-byte keys); elsewhere the bit is dropped
+// and the other bits are kept as for any mode. Never a default. Its twin (the same bits) per group size.
+TEST(OpPlanIndexerSm90, QuadModeOnlyWhereInstantiated) {
+  using cuda::indexer90::kWsBatched;
+  using cuda::indexer90::kWsQuad;
+  using cuda::indexer90::kWsQuadMode;
+  const Problem ragged{.rows = 9, .heads = 64, .num_cols = 1000};
+  EXPECT_EQ(kWsQuadMode, kWsQuad | kWsBatched);
+  EXPECT_EQ(cuda::indexer90::kWsRaggedDefaultMode & kWsQuad, 0);
+  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode & kWsQuad, 0);
+  for (int mode = kWsQuad; mode < 2 * kWsQuad; ++mode) {
+    const Tuning t{.sm90_ws = 1, .ws_mode = mode};
+    EXPECT_EQ(make_plan(ragged, kH200, t, kSm90a).ws_mode, kWsQuadMode);
+    EXPECT_EQ(make_plan(ragged, kH200, t, kSm90a).kernel, Kernel::sm90ws_ragged);
+    EXPECT_EQ(make_plan(paged(2), kH200, t, kSm90a).ws_mode, kWsQuadMode);
+    EXPECT_EQ(make_plan(paged(4), kH200, t, kSm90a).ws_mode, kWsQuadMode);
+    EXPECT_EQ(make_plan(paged(4, 16), kH200, t, kSm90a).ws_mode, kWsQuadMode);
+    EXPECT_EQ(make_plan(paged(1), kH200, t, kSm90a).ws_mode, mode & kWsBatched);
+    EXPECT_EQ(make_plan(paged(3), kH200, t, kSm90a).ws_mode, mode & kWsBatched);
+    EXPECT_EQ(make_plan(paged(4, 5), kH200, t, kSm90a).ws_mode, mode & kWsBatched);                 // 4-byte key copies
+    EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 0, .ws_mode = mode}, kSm90a).ws_mode, 0);  // session-4
+    EXPECT_EQ(make_plan(paged(2), kA100, t, kSm90a).ws_mode, 0);  // the portable kernel
+  }
+  // The quad plan's grid is the two-warpgroup one's (same groups and column spans).
+  const auto quad = make_plan(paged(4), kH200, Tuning{.ws_mode = kWsQuadMode}, kSm90a);
+  const auto base = make_plan(paged(4), kH200, {}, kSm90a);
+  EXPECT_EQ(quad.ctas(), base.ctas());
+  EXPECT_EQ(quad.cols_per_cta, base.cols_per_cta);
+  EXPECT_EQ(cuda::indexer90::ws_quad_twin(4), kWsBatched | cuda::indexer90::kWsSplit);
+  EXPECT_EQ(cuda::indexer90::ws_quad_twin(2), kWsBatched);
+  EXPECT_EQ(cuda::indexer90::ws_threads(kWsQuadMode), 640);
+  EXPECT_EQ(cuda::indexer90::ws_threads(cuda::indexer90::kWsRaggedDefaultMode), cuda::indexer90::kWsThreads);
 }
 
 TEST(OpPlanIndexerSm90, PortableWhereTheHopperKernelDoesNotApply) {

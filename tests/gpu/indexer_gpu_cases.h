@@ -56,6 +56,12 @@ struct WsForm {
     return mode >= 0 && (mode & cuda::indexer90::kWsBatched) == 0 && batched.sm90_ws == sm90_ws &&
            batched.span == span && batched.mode == (mode | cuda::indexer90::kWsBatched);
   }
+  // `quad` is the four-math-warpgroup kernel at this form's span, and this form the two-warpgroup mode whose banks
+  // compute what a quad warpgroup does for groups of `rows` rows (config.h ws_quad_twin): the same bits.
+  bool is_quad_twin(const WsForm& quad, int rows) const {
+    return rows > 0 && quad.mode == cuda::indexer90::kWsQuadMode && quad.sm90_ws == sm90_ws && quad.span == span &&
+           mode == cuda::indexer90::ws_quad_twin(rows);
+  }
 };
 
 // Sets a WsForm for the indexer calls in its scope (op_tuning), restoring the tuning after.
@@ -92,12 +98,17 @@ inline void expect_kernel(const cuda::indexer::Problem& p, Math math) {
   if (cuda::indexer::is_sm90_ws(plan.kernel) && forced >= 0)
     EXPECT_EQ(plan.ws_mode & cuda::indexer90::kWsBatched, forced & cuda::indexer90::kWsBatched)
         << "plan's ws_mode " << plan.ws_mode << ", forced " << forced;
+  // The tests force the quad kernel only where it exists: it runs.
+  if (cuda::indexer::is_sm90_ws(plan.kernel) && forced >= 0 && (forced & cuda::indexer90::kWsQuad) != 0) {
+    EXPECT_EQ(plan.ws_mode, cuda::indexer90::kWsQuadMode) << "forced " << forced;
+  }
 }
 
 // Runs `gpu()` (returns the GPU's logits) in each form (none: once, under the current op_tuning) and checks
-// each with `check`; then the batched epilogue's bits against its per-row twin's.
+// each with `check`; then the batched epilogue's bits against its per-row twin's, and the quad kernel's against
+// its two-warpgroup twin's (groups of `rows` rows: paged next_n, ragged kWsRaggedRows).
 template <typename Gpu, typename Check>
-void run_forms(const std::vector<WsForm>& forms, Gpu&& gpu, Check&& check) {
+void run_forms(const std::vector<WsForm>& forms, int rows, Gpu&& gpu, Check&& check) {
   if (forms.empty()) {
     const HostTensor got = gpu();
     if (!::testing::Test::HasFailure()) check(got);
@@ -114,9 +125,10 @@ void run_forms(const std::vector<WsForm>& forms, Gpu&& gpu, Check&& check) {
   }
   for (size_t i = 0; i < forms.size(); ++i)
     for (size_t j = 0; j < forms.size(); ++j)
-      if (forms[i].is_batched_twin(forms[j]))
-        EXPECT_TRUE(bits[i] == bits[j]) << "the batched epilogue (" << forms[j].name() << ") gives other bits than "
-                                        << forms[i].name();
+      if (forms[i].is_batched_twin(forms[j]) || forms[i].is_quad_twin(forms[j], rows)) {
+        EXPECT_TRUE(bits[i] == bits[j]) << forms[j].name() << " (the batched epilogue or the quad kernel) gives other "
+                                        << "bits than its twin " << forms[i].name();
+      }
 }
 
 // A model of Hopper's FP8 wgmma dot q . k over 128 dims (4 instructions of k32): products are exact; each
@@ -255,7 +267,7 @@ inline void run_paged_case(const PagedCase& c, std::mt19937_64& g, int corrupt_p
         if (j / c.page_size == corrupt_page_of_request0) expected.ptr<float>()[t * max_context + j] = -INFINITY;
   }
   run_forms(
-      forms, [&] { return run_paged_gpu(args, logits, &table.view, math); },
+      forms, c.next_n, [&] { return run_paged_gpu(args, logits, &table.view, math); },
       [&](const HostTensor& gpu) { expect_logits(gpu, expected, ref64, ref32, refmma.empty() ? nullptr : &refmma); });
 }
 
@@ -341,7 +353,7 @@ inline void run_ragged_case(int64_t rows, int64_t heads, int64_t num_keys, std::
         refmma[o] = fp8_mma_score(qf.data() + i * heads * kIdxDim, wf.data() + i * heads, heads, k.data(), scale);
     }
   }
-  run_forms(forms, run_gpu,
+  run_forms(forms, cuda::indexer90::kWsRaggedRows, run_gpu,
             [&](const HostTensor& gpu) { expect_logits(gpu, cpu, ref64, ref32, refmma.empty() ? nullptr : &refmma); });
 }
 

@@ -7,7 +7,8 @@
 // warp-specialized kernel; the ragged cases run both the session-4 kernel (the ragged default) and the ws one.
 // Long forced column spans wrap the ws kernel's ring of stages many times on small problems. The ws kernel runs
 // in every mode (overlap bits and the batched epilogue, against one oracle run a case; the batched epilogue
-// must give its per-row twin's bits).
+// must give its per-row twin's bits), and the opt-in four-math-warpgroup kernel (kWsQuadMode) where it exists,
+// against the oracle and bitwise against its two-warpgroup twin.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -37,6 +38,8 @@ std::vector<WsForm> operator+(std::vector<WsForm> a, const std::vector<WsForm>& 
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
+// The quad kernel at `span` (ragged, paged next_n 2 and 4 with 16-byte keys).
+WsForm quad(int64_t span) { return {.sm90_ws = 1, .span = span, .mode = cuda::indexer90::kWsQuadMode}; }
 
 class IndexerSm90Paged : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
@@ -56,7 +59,7 @@ TEST_P(IndexerSm90Paged, CausalRowsMatchCpu) {
 TEST(IndexerSm90PagedEdge, EveryOverlapMode) {
   INDEXER_REQUIRE_SM90();
   auto g = rng_for_test();
-  const std::vector<WsForm> all = every_ws_mode(0) + every_ws_mode(8192);
+  const std::vector<WsForm> all = every_ws_mode(0) + every_ws_mode(8192) + std::vector{quad(0), quad(8192)};
   const std::vector<WsForm> epilogues = {{1, 0, 0}, {1, 0, 4}, {1, 8192, 0}, {1, 8192, 4}};
   run_paged_case({.seqlens = {5000, 129, 2}, .next_n = 2, .page_size = 64}, g, -1, Math::fp8_mma, all);
   run_paged_case({.seqlens = {4100, 65, 4}, .next_n = 4, .page_size = 64}, g, 3, Math::fp8_mma, all);  // page 3 bad
@@ -112,6 +115,19 @@ TEST(IndexerSm90PagedEdge, LongSpansWrapTheRing) {
   run_paged_case({.seqlens = {2500, 1200}, .next_n = 3, .page_size = 5}, g, 7, Math::fp8_mma);  // page 7 invalid
 }
 
+// The quad kernel (four math warpgroups; groups of 4 rows split over warpgroup pairs, of 2 one block a warpgroup)
+// where a block spans several pages (16-byte keys, pages of 16 and 8), the ring wraps (span 8192), spans cut a
+// request into several CTAs (1024), a page id is bad; against the oracle and bitwise against its twin.
+TEST(IndexerSm90PagedEdge, QuadWarpgroupsSmallPagesAndSpans) {
+  INDEXER_REQUIRE_SM90();
+  auto g = rng_for_test();
+  using cuda::indexer90::ws_quad_twin;
+  const std::vector<WsForm> n4 = {{1, 8192, ws_quad_twin(4)}, quad(8192), {1, 1024, ws_quad_twin(4)}, quad(1024)};
+  const std::vector<WsForm> n2 = {{1, 8192, ws_quad_twin(2)}, quad(8192), {1, 1024, ws_quad_twin(2)}, quad(1024)};
+  run_paged_case({.seqlens = {4000, 77, 4}, .next_n = 4, .page_size = 16}, g, -1, Math::fp8_mma, n4);
+  run_paged_case({.seqlens = {3000, 5, 2}, .next_n = 2, .page_size = 8}, g, 9, Math::fp8_mma, n2);  // page 9 bad
+}
+
 // Spans that end inside a 64-key block and several column blocks per group (a forced 1000 -> 1024 columns).
 TEST(IndexerSm90PagedEdge, ShortForcedSpans) {
   INDEXER_REQUIRE_SM90();
@@ -124,7 +140,7 @@ TEST(IndexerSm90PagedEdge, ShortForcedSpans) {
 
 // The Hopper ragged kernels: the session-4 one, the warp-specialized one in each mode (bits: 1 ping-pong,
 // 2 split commit groups, 4 batched epilogue; 0 lockstep).
-const std::vector<WsForm> kRaggedForms = std::vector<WsForm>{{.sm90_ws = 0}} + every_ws_mode(0);
+const std::vector<WsForm> kRaggedForms = std::vector<WsForm>{{.sm90_ws = 0}} + every_ws_mode(0) + std::vector{quad(0)};
 
 TEST(IndexerSm90Ragged, RandomWindowsMatchCpu) {
   INDEXER_REQUIRE_SM90();
@@ -154,7 +170,8 @@ TEST(IndexerSm90Ragged, CausalPrefillLongAndShortSpans) {
   for (int t = 0; t < 45; ++t) w.push_back({0, 2950 + t + 1});  // the last 45 rows of a 2995-token prompt
   w.push_back({2990, 2995});                                    // a sliding window's tail
   w.push_back({7, 7});                                          // empty
-  run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma, every_ws_mode(8192) + every_ws_mode(1024));
+  run_ragged_case(int64_t(w.size()), 64, 2995, g, w, Math::fp8_mma,
+                  every_ws_mode(8192) + every_ws_mode(1024) + std::vector{quad(8192), quad(1024)});
 }
 
 // q_scale multiplies the weights on the device: the same bits as folding it in by hand (one float multiply), in
@@ -182,18 +199,23 @@ TEST(IndexerSm90QScale, EqualsWeightsWithTheScaleFoldedIn) {
                               .q_scale = qs.view};
   IndexerPagedArgs folded = with;
   folded.weights = wq.view, folded.q_scale = {};
-  // Every mode of next_n 2 (the q_scale instantiations of each); the batched epilogue gives its per-row twin's bits.
+  // Every mode of next_n 2 (the q_scale instantiations of each) and the quad kernel; the batched epilogue gives its
+  // per-row twin's bits, the quad kernel its two-warpgroup twin's.
   std::vector<std::vector<uint8_t>> bits;
-  for (int mode = 0; mode < cuda::indexer90::kWsModes; ++mode) {
+  for (int mode = 0; mode <= cuda::indexer90::kWsQuadMode; ++mode) {
+    if (mode >= cuda::indexer90::kWsModes && mode != cuda::indexer90::kWsQuadMode) continue;
     SCOPED_TRACE("ws_mode " + std::to_string(mode));
     const ForceForm form(-1, 0, mode);
     const HostTensor a = run_paged_gpu(with, logits, nullptr, Math::fp8_mma),
                      b = run_paged_gpu(folded, logits, nullptr, Math::fp8_mma);
     EXPECT_EQ(a.bytes, b.bytes);
     EXPECT_EQ(count_nan(to_doubles(a)), 0);
-    bits.push_back(a.bytes);
-    if (mode & cuda::indexer90::kWsBatched)
+    if (mode == cuda::indexer90::kWsQuadMode) {
+      EXPECT_TRUE(a.bytes == bits[size_t(cuda::indexer90::ws_quad_twin(next_n))]) << "quad bits differ";
+    } else if (mode & cuda::indexer90::kWsBatched) {
       EXPECT_TRUE(a.bytes == bits[size_t(mode & ~cuda::indexer90::kWsBatched)]) << "batched bits differ";
+    }
+    bits.push_back(a.bytes);
   }
 }
 

@@ -95,11 +95,13 @@ Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tun
     c.rows_per_group = p.paged ? p.next_n : indexer90::kWsRaggedRows;
     c.num_groups = p.paged ? p.rows / p.next_n : ceil_div64(p.rows, indexer90::kWsRaggedRows);
     size_ws_columns(c, caps, tune);
-    // The overlap bits (ping-pong, split) where the launcher instantiates them; the batched epilogue everywhere.
+    // The overlap bits (ping-pong, split) where the launcher instantiates them; the batched epilogue everywhere;
+    // four math warpgroups (opt-in) where instantiated, as kWsQuadMode only (the other bits dropped).
     const bool overlap = !p.paged || ((p.next_n == 2 || p.next_n == 4) && p.page_size % 4 == 0);
     const int available = overlap ? indexer90::kWsModes - 1 : indexer90::kWsBatched;
     const int default_mode = p.paged ? indexer90::kWsPagedDefaultMode : indexer90::kWsRaggedDefaultMode;
-    c.ws_mode = (tune.ws_mode >= 0 ? tune.ws_mode : default_mode) & available;
+    const int mode = tune.ws_mode >= 0 ? tune.ws_mode : default_mode;
+    c.ws_mode = (mode & indexer90::kWsQuad) != 0 && overlap ? indexer90::kWsQuadMode : mode & available;
   } else if (sm90 == 1) {
     c.kernel = p.q_scale ? Kernel::sm90_ragged_q_scale : Kernel::sm90_ragged;
     c.rows_per_group = indexer90::kRaggedRows;

@@ -49,7 +49,8 @@ struct Plan {
   int64_t cols_per_cta = 0;  // the kernel's kColsPerCta, or (ws kernel) sized to ~kWsWaves CTAs an SM
   bool key_vec16 = true;     // keys 16-byte aligned (paged: page_size % 4 == 0), else 4-byte loads
   int ws_mode = 0;           // ws kernel: wgmma / epilogue overlap, bits of sm90/config.h: kWsPingPong and
-                             // kWsSplit (ragged and paged next_n 2, 4 with 16-byte keys), kWsBatched (all)
+                             // kWsSplit (ragged and paged next_n 2, 4 with 16-byte keys), kWsBatched (all);
+                             // or kWsQuadMode (four math warpgroups; the same forms as the overlap bits)
   int64_t ctas() const { return num_groups * col_blocks; }
 };
 
@@ -67,7 +68,9 @@ struct Targets {
 // ws_cols_per_cta > 0 forces the ws kernel's column span (rounded up to 64; tests: long spans wrap the
 // ring on small problems; the bench: spans against the plan's).
 // ws_mode >= 0 forces the ws kernel's overlap mode, its bits where the form has them (-1: the default,
-// sm90/config.h kWsRaggedDefaultMode / kWsPagedDefaultMode, both with the batched epilogue, kWsBatched).
+// sm90/config.h kWsRaggedDefaultMode / kWsPagedDefaultMode, both with the batched epilogue, kWsBatched); with
+// bit kWsQuad (8, opt-in, not a default) the four-math-warpgroup kernel, mode kWsQuadMode, where it exists
+// (ragged, paged next_n 2 and 4 with 16-byte keys; elsewhere the bit is dropped).
 struct Tuning {
   int sm90 = -1;
   int sm90_ws = -1;

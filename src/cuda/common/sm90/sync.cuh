@@ -42,6 +42,21 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
 }
+// As mbar_try_wait, with a suspend-time hint: a thread whose phase is not complete may sleep up to `ns`
+// nanoseconds (it wakes when the phase completes), so a long wait retries far less often than the default
+// limit lets it (fewer issue slots spent spinning).
+__device__ __forceinline__ bool mbar_try_wait_hint(uint32_t bar, int parity, uint32_t ns) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity), "r"(ns)
+               : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, int parity, uint32_t ns = 0x989680) {
+  while (!mbar_try_wait_hint(bar, parity, ns)) {
+  }
+}
 // Named CTA barriers (id 1..15; 0 is __syncthreads): sync waits until `threads` threads have
 // arrived or synced on it; arrive counts this thread and does not wait.
 __device__ __forceinline__ void named_sync(int id, int threads) {

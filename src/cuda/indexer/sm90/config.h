@@ -71,6 +71,30 @@ constexpr int kWsMathRegs = 224;
 static_assert(128 * kWsProducerRegs + 256 * kWsMathRegs <= 168 * kWsThreads,
               "setmaxnreg split exceeds the CTA's registers");
 
+// Opt-in (session 7, not a default): four math warpgroups instead of two (DeepGEMM's sm90 MQA-logits kernels run
+// four at 104 registers; ours had two math warps a scheduler, each mostly waiting: 42 % tensor-pipe use at causal
+// 8K). Each warpgroup scores at most 2 rows (N <= 128, 64 accumulators a thread): a group of 4 rows (ragged,
+// paged next_n 4) splits a block's rows over a pair of warpgroups (both read the same stage; the pairs take
+// alternate blocks), a group of 2 (next_n 2) gives each of the four its own block. One commit group a block
+// (no split, no ping-pong): mode kWsQuadMode only, for ragged and paged next_n 2 / 4 with 16-byte keys. Each
+// warpgroup's wgmma and epilogue are those of a bank of the two-warpgroup kernel (rows 4: mode 6's banks of 2
+// rows; rows 2: mode 4's one bank), so it gives that mode's bits (ws_quad_twin).
+constexpr int kWsQuad = 8;
+constexpr int kWsQuadMode = kWsQuad | kWsBatched;
+constexpr int ws_math_wgs(int mode) { return (mode & kWsQuad) != 0 ? 4 : 2; }
+constexpr int ws_threads(int mode) { return 128 * (1 + ws_math_wgs(mode)); }
+constexpr bool ws_quad_rows(int rows) { return rows == 2 || rows == 4; }
+// The two-warpgroup mode whose banks compute what a quad warpgroup computes (the same bits).
+constexpr int ws_quad_twin(int rows) { return rows == 4 ? (kWsBatched | kWsSplit) : kWsBatched; }
+// 640 threads launch with at most 96 registers (65536 / 640, in steps of 8); setmaxnreg moves them to the math.
+constexpr int kWsQuadLaunchRegs = 96;
+constexpr int kWsQuadProducerRegs = 32;
+constexpr int kWsQuadMathRegs = 112;
+constexpr int kWsQuadPageAhead = 4;  // the quad producer's page ids ahead (paged; 32 registers)
+static_assert(128 * kWsQuadProducerRegs + 512 * kWsQuadMathRegs <= kWsQuadLaunchRegs * ws_threads(kWsQuadMode),
+              "quad setmaxnreg split exceeds the CTA's registers");
+static_assert(kWsQuadLaunchRegs * ws_threads(kWsQuadMode) <= 65536, "quad launch exceeds the SM's registers");
+
 // Dynamic shared memory of the ws kernel for `rows` query rows: q, the key ring with its scales and
 // validity flags, 2 mbarriers a stage, the rows' windows, + 1024 for the alignment of the base.
 constexpr std::size_t ws_q_bytes(int rows) { return std::size_t(rows) * kHeads * kDim; }

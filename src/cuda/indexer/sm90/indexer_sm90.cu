@@ -19,9 +19,22 @@ void launch_ws_paged_any(const Params& p, const Plan& plan, cudaStream_t s) {
   }
 }
 
-// The ws kernel: the batched epilogue (ws_mode bit kWsBatched) or the per-row one.
+// The ws kernel with four math warpgroups (the plan gives kWsQuadMode only where it is instantiated).
+template <bool kQScale>
+void launch_ws_quad(const Params& p, const Plan& plan, cudaStream_t s) {
+  if (!plan.problem.paged) return indexer90::launch_ws_ragged_quad<kQScale>(p, plan, s);
+  switch (plan.rows_per_group) {
+    case 2: indexer90::launch_ws_paged_quad<2, kQScale>(p, plan, s); break;
+    case 4: indexer90::launch_ws_paged_quad<4, kQScale>(p, plan, s); break;
+    default: ATTNSERVE_CHECK(false, "indexer_paged: the quad ws kernel has no next_n ", plan.rows_per_group);
+  }
+}
+
+// The ws kernel: four math warpgroups (ws_mode bit kWsQuad), the batched epilogue (bit kWsBatched) or the
+// per-row one.
 template <bool kQScale>
 void launch_ws(const Params& p, const Plan& plan, cudaStream_t s) {
+  if ((plan.ws_mode & indexer90::kWsQuad) != 0) return launch_ws_quad<kQScale>(p, plan, s);
   const bool batched = (plan.ws_mode & indexer90::kWsBatched) != 0;
   if (plan.problem.paged) {
     if (batched) launch_ws_paged_any<kQScale, true>(p, plan, s);

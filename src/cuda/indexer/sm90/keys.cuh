@@ -25,7 +25,7 @@ __device__ __forceinline__ float relu_keep_nan(float x) {
   return y;
 }
 
-// Shared-memory loads by address (ld.shared: a generic pointer into the aligned base would compile to a
+// Shared-memory loads (and a store) by address (ld.shared: a generic pointer into the aligned base would compile to a
 // generic LD through the L1 path).
 __device__ __forceinline__ float lds_f32(uint32_t addr) {
   float v;
@@ -36,6 +36,9 @@ __device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
+}
+__device__ __forceinline__ void sts_u8(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
 // Key window [lo, hi) of row t of the group (t < rows of the shape), clamped to the logits width.

@@ -26,10 +26,19 @@ void launch_ws_kernel(const Params& p, const indexer::Plan& plan, cudaStream_t s
   const std::size_t smem = ws_smem_bytes(kRows);
   static const bool attr_set = [&] {
     ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    // setmaxnreg moves registers inside the CTA's launch allocation: a kernel built with fewer registers than
+    // the split needs would wait forever in setmaxnreg.inc, so refuse it here (an error, not a hang).
+    cudaFuncAttributes attr{};
+    ATTNSERVE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    const bool quad = (kMode & kWsQuad) != 0;
+    const int need =
+        quad ? 128 * kWsQuadProducerRegs + 512 * kWsQuadMathRegs : 128 * kWsProducerRegs + 256 * kWsMathRegs;
+    ATTNSERVE_CHECK(attr.numRegs * ws_threads(kMode) >= need, "indexer: the ws kernel (mode ", kMode, ") has ",
+                    attr.numRegs, " registers a thread, its setmaxnreg split needs ", need, " for the CTA");
     return true;
   }();
   (void)attr_set;
-  kernel<<<dim3(unsigned(plan.ctas())), dim3(kWsThreads), smem, s>>>(p);
+  kernel<<<dim3(unsigned(plan.ctas())), dim3(ws_threads(kMode)), smem, s>>>(p);
   ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
@@ -59,6 +68,17 @@ void launch_ws_paged(const Params& p, const indexer::Plan& plan, cudaStream_t s)
 template <bool kQScale, bool kBatched>
 void launch_ws_ragged(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
   launch_ws_overlap<kWsRaggedRows, false, kQScale, true, kBatched ? kWsBatched : 0>(p, plan, s);
+}
+
+// Four math warpgroups (plan.ws_mode == kWsQuadMode): ragged, and paged next_n 2 / 4 with 16-byte keys.
+template <bool kQScale>
+void launch_ws_ragged_quad(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
+  launch_ws_kernel<kWsRaggedRows, false, kQScale, true, kWsQuadMode>(p, plan, s);
+}
+template <int kNextN, bool kQScale>
+void launch_ws_paged_quad(const Params& p, const indexer::Plan& plan, cudaStream_t s) {
+  static_assert(ws_quad_rows(kNextN), "quad: next_n 2 or 4");
+  launch_ws_kernel<kNextN, true, kQScale, true, kWsQuadMode>(p, plan, s);
 }
 
 }  // namespace attnserve::cuda::indexer90

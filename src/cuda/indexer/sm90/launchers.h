@@ -18,5 +18,11 @@ template <int kNextN, bool kQScale, bool kBatched>
 void launch_ws_paged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
 template <bool kQScale, bool kBatched>
 void launch_ws_ragged(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
+// The ws kernel with four math warpgroups (plan.ws_mode == kWsQuadMode, config.h; instantiations/*_quad.cu):
+// ragged, paged next_n 2 and 4 with 16-byte key copies.
+template <bool kQScale>
+void launch_ws_ragged_quad(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
+template <int kNextN, bool kQScale>
+void launch_ws_paged_quad(const indexer::Params& p, const indexer::Plan& plan, cudaStream_t s);
 
 }  // namespace attnserve::cuda::indexer90

@@ -9,11 +9,16 @@
 //    kWsPageAhead blocks ahead, so the page-table round trips overlap each other and the copies. A stage's full
 //    barrier completes when every producer thread's copies landed (cp.async.mbarrier.arrive) and its
 //    validity flags were stored (a plain arrive: release of the st.shared).
-//  - warpgroups 1 and 2, the math (setmaxnreg up): block i goes to warpgroup 1 + i % 2, which runs 4
-//    wgmma m64nNk32 (its 64 keys = M, the group's rows * 64 heads = N, both K-major SW128 in shared
-//    memory), frees the stage (empty barrier) as soon as its wgmmas are done, and then reduces in
-//    registers while the other warpgroup's wgmmas run: relu * w over the thread's 16 heads of a row (the
+//  - warpgroups 1 and 2, the math (setmaxnreg up; four of them with kWsQuad, below): block i goes to
+//    warpgroup 1 + i % 2, which runs 4 wgmma m64nNk32 (its 64 keys = M, the group's rows * 64 heads = N,
+//    both K-major SW128 in shared memory), frees the stage (empty barrier) as soon as its wgmmas are done, and then
+//    reduces in registers while the other warpgroup's wgmmas run: relu * w over the thread's 16 heads of a row (the
 //    weights sit in registers), then over the quad (one exchange + one shuffle), the key scale, the mask.
+//  - kWsQuad (opt-in, config.h): 640 threads, math warpgroups 1..4, each scoring kWgRows <= 2 of the group's
+//    rows (N <= 128, so 64 accumulators and 32 weights fit in 112 registers): rows 4 split over a pair of
+//    warpgroups (1 + 2 l, 2 + 2 l score rows 0-1, 2-3 of block i, l = i % 2; the stage is freed when both
+//    arrived), rows 2 give each warpgroup its own block (i % 4). Twice the math warps a scheduler to hide
+//    each one's wgmma wait and epilogue latency.
 // Keys outside the union of the group's windows are never read (zero-filled, their columns -inf); page
 // ids outside the pool are skipped (-inf), as the portable kernel does. Ragged groups run in reverse
 // order: in a causal prefill the last rows see the most keys, so the longest CTAs start first.
@@ -41,20 +46,27 @@ namespace attnserve::cuda::indexer90 {
 //    warpgroup's block while the other reduces, instead of both blocks at once and then both epilogues.
 //  bit 1, split (kRows even): the wgmmas of a block go in two commit groups of kRows / 2 rows each (N / 2);
 //    the warpgroup reduces the first half's rows while the second half's wgmmas still run (wait_group 1).
+//  bit 3, quad (kWsQuad): four math warpgroups (above); only as kWsQuadMode (batched, no split / ping-pong).
 //  bit 2, batched epilogue: the rows of a commit group are reduced together — all their FMA chains, then all
 //    their quad shuffles, then their stores — instead of one row after the other (each row's shuffle and
 //    store latency then hides under the next row's work); the rows' windows live in registers and the key
 //    scale / flag are read with ld.shared. The same arithmetic per row: the same bits as without it.
 template <int kRows, bool kPaged, bool kQScale, bool kVec16, int kMode>
-__global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params p) {
+__global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   constexpr int kS = kWsStages, kB = kWsBlockKeys;
+  constexpr bool kQuad = (kMode & kWsQuad) != 0;
+  static_assert(!kQuad || (kMode == kWsQuadMode && ws_quad_rows(kRows)), "quad: mode kWsQuadMode, rows 2 or 4");
+  constexpr int kThreads = ws_threads(kMode);
+  constexpr int kRowSplit = kQuad && kRows == 4 ? 2 : 1;  // math warpgroups sharing a block (its rows split)
+  constexpr int kWgRows = kRows / kRowSplit;              // rows a math warpgroup scores
+  constexpr int kLanes = ws_math_wgs(kMode) / kRowSplit;  // blocks in flight: block i to lane i % kLanes
   constexpr bool kPingPong = (kMode & kWsPingPong) != 0;
-  constexpr bool kSplit = (kMode & kWsSplit) != 0 && kRows % 2 == 0;
+  constexpr bool kSplit = (kMode & kWsSplit) != 0 && kWgRows % 2 == 0;
   constexpr bool kBatched = (kMode & kWsBatched) != 0;
-  constexpr int kBanks = kSplit ? 2 : 1;      // commit groups of a block
-  constexpr int kBankRows = kRows / kBanks;   // rows a bank scores
-  constexpr int kBankN = kHeads * kBankRows;  // its wgmma N
+  constexpr int kBanks = kSplit ? 2 : 1;       // commit groups of a block
+  constexpr int kBankRows = kWgRows / kBanks;  // rows a bank scores
+  constexpr int kBankN = kHeads * kBankRows;   // its wgmma N
   constexpr float kNegInf = -INFINITY;
 
   char* smem = smem_base();
@@ -92,16 +104,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
   for (int t = 0; t < kRows; ++t) {
     if (row0 + t >= p.rows) break;
     float* out = p.logits + (row0 + t) * p.logit_row_stride;
-    for (int64_t c = c0 + tid; c < c0 + int64_t(first) * kB; c += kWsThreads) out[c * p.logit_col_stride] = kNegInf;
-    for (int64_t c = c0 + int64_t(end) * kB + tid; c < c1; c += kWsThreads) out[c * p.logit_col_stride] = kNegInf;
+    for (int64_t c = c0 + tid; c < c0 + int64_t(first) * kB; c += kThreads) out[c * p.logit_col_stride] = kNegInf;
+    for (int64_t c = c0 + int64_t(end) * kB + tid; c < c1; c += kThreads) out[c * p.logit_col_stride] = kNegInf;
   }
   const int n = end - first;  // blocks of this CTA
   if (n <= 0) return;         // uniform over the CTA
 
   if (tid == 0) {
     for (int s = 0; s < kS; ++s) {
-      sm90::mbar_init(full(s), 256);   // 128 producer threads: their copies landed + their flags stored
-      sm90::mbar_init(empty(s), 128);  // the consuming math warpgroup, after its wgmmas read the stage
+      sm90::mbar_init(full(s), 256);               // 128 producer threads: their copies landed + their flags stored
+      sm90::mbar_init(empty(s), 128 * kRowSplit);  // the consuming math warpgroup(s), after their wgmmas
     }
     for (int t = 0; t < kRows; ++t) {
       int64_t lo, hi;
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
 
   const int64_t cfirst = c0 + int64_t(first) * kB;  // first column of block 0
   if (wg == 0) {
-    sm90::setmaxnreg_dec<kWsProducerRegs>();
+    sm90::setmaxnreg_dec<kQuad ? kWsQuadProducerRegs : kWsProducerRegs>();
     // q rows (smem row r = t * 64 + h; rows past the batch are zeros): tracked by block 0's arrivals.
     for (int i = tid; i < kRows * kHeads * 8; i += 128) {
       const int r = i >> 3, c = i & 7;
@@ -123,6 +135,76 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
       ptx::cp_async_16(ptx::smem_addr(sQ) + sm90::sw128_offset(r, c), src, ok ? 16 : 0);
     }
     const int key = tid >> 1, half = tid & 1;
+    if constexpr (kQuad) {
+      // The quad producer (32 registers): the same copies, flags and arrivals as the loop below, with the
+      // per-block address arithmetic made incremental (the thread's key column advances by 64 a block) and
+      // waits that sleep (suspend-time hint) instead of spinning.
+      uint32_t dst[4];  // this thread's 4 chunks of its key row in stage 0
+#pragma unroll
+      for (int c = 0; c < 4; ++c) dst[c] = ptx::smem_addr(sK) + sm90::sw128_offset(key, 4 * half + c);
+      const uint32_t scale_dst = ptx::smem_addr(sScale + key), ok_dst = ptx::smem_addr(sOk + key);
+      // Block i into its stage: ok, the key's bytes (this thread's half) and scale; else zeros, flagged.
+      auto copy_block = [&](int i, bool ok, const uint8_t* src, const float* ssrc) {
+        const uint32_t slot = unsigned(i) % kS;
+        if (i >= kS) sm90::mbar_wait_sleep(empty(int(slot)), int(((unsigned(i) / kS) - 1) & 1));
+        const uint8_t* s = ok ? src : p.q;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) ptx::cp_async_16(dst[c] + slot * (kB * kDim), s + 16 * c, ok ? 16 : 0);
+        if (half == 0) {
+          ptx::cp_async_4(scale_dst + slot * (kB * 4), ok ? ssrc : p.w, ok ? 4 : 0);
+          sts_u8(ok_dst + slot * kB, ok ? 1u : 0u);
+        }
+        sm90::cp_async_mbar_arrive(full(int(slot)));  // fires when this thread's copies (and q's) landed
+        sm90::mbar_arrive(full(int(slot)));           // releases the flag store
+      };
+      const uint32_t col0 = uint32_t(cfirst + key);  // the thread's key column in block 0 (columns < 2^31)
+      auto in_window = [&](int i) {
+        const int64_t col = int64_t(col0) + int64_t(i) * kB;
+        return i < n && col >= umin && col < umax;
+      };
+      if constexpr (!kPaged) {
+        // Ragged: block i's key at p.k + (col0 + 64 i) * k_row_stride: the sources advance by a block a step.
+        const uint8_t* src = p.k + int64_t(col0) * p.k_row_stride + 64 * half;
+        const float* ssrc = p.k_scale + int64_t(col0) * p.k_scale_stride;
+        const int64_t step = int64_t(kB) * p.k_row_stride, sstep = int64_t(kB) * p.k_scale_stride;
+#pragma unroll 1
+        for (int i = 0; i < n; ++i, src += step, ssrc += sstep) copy_block(i, in_window(i), src, ssrc);
+      } else {
+        // Paged: the key's page index and in-page offset advance by q64 pages + r64 keys a block (no division
+        // by page_size a block); page ids kWsQuadPageAhead blocks ahead (pg[a]: block i0 + a; -1 outside the
+        // union window; out-of-pool ids caught at use).
+        const uint32_t ps = uint32_t(p.page_size), q64 = uint32_t(kB) / ps, r64 = uint32_t(kB) % ps;
+        const int64_t page_bytes = p.page_size * (kDim + 4);
+        const int32_t* table = p.page_table + group * p.pt_row_stride;
+        constexpr int kAhead = kWsQuadPageAhead;
+        int32_t pg[kAhead];
+#pragma unroll
+        for (int a = 0; a < kAhead; ++a)
+          pg[a] = in_window(a) ? table[int64_t((col0 + uint32_t(a * kB)) / ps) * p.pt_col_stride] : -1;
+        uint32_t f_idx = (col0 + uint32_t(kAhead * kB)) / ps;  // page index of block i + kAhead's key
+        uint32_t f_in = col0 + uint32_t(kAhead * kB) - f_idx * ps, c_in = col0 % ps;  // in-page: i + kAhead, i
+#pragma unroll 1
+        for (int i0 = 0; i0 < n; i0 += kAhead) {
+#pragma unroll
+          for (int a = 0; a < kAhead; ++a) {
+            const int i = i0 + a;
+            if (i >= n) break;  // uniform over the producer
+            const int64_t page = pg[a];
+            const bool ok = page >= 0 && page < p.num_pages;
+            const uint8_t* base = p.pool + page * page_bytes;
+            const uint8_t* src = base + c_in * kDim + 64 * half;
+            const float* ssrc = reinterpret_cast<const float*>(base + ps * kDim + c_in * 4);
+            pg[a] = in_window(i + kAhead) ? table[int64_t(f_idx) * p.pt_col_stride] : -1;  // in flight below
+            f_idx += q64, f_in += r64, c_in += r64;
+            if (f_in >= ps) f_in -= ps, ++f_idx;
+            if (c_in >= ps) c_in -= ps;
+            copy_block(i, ok, src, ssrc);
+          }
+        }
+      }
+      asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight at exit
+      return;
+    }
     // Page ids run kWsPageAhead blocks ahead of the copies (registers pg[a] for blocks i0 + a): the loads
     // are issued early and their values first used kWsPageAhead blocks later, so a CTA's start pays about
     // kS / kWsPageAhead page-table round trips instead of one a block. pg = -1: not read (outside the
@@ -140,13 +222,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
       }
       return v;
     };
-    int32_t pg[kWsPageAhead];
+    constexpr int kAhead = kWsPageAhead;
+    int32_t pg[kAhead];
 #pragma unroll
-    for (int a = 0; a < kWsPageAhead; ++a) pg[a] = fetch(a);
+    for (int a = 0; a < kAhead; ++a) pg[a] = fetch(a);
 #pragma unroll 1
-    for (int i0 = 0; i0 < n; i0 += kWsPageAhead) {
+    for (int i0 = 0; i0 < n; i0 += kAhead) {
 #pragma unroll
-      for (int a = 0; a < kWsPageAhead; ++a) {
+      for (int a = 0; a < kAhead; ++a) {
         const int i = i0 + a;
         if (i >= n) break;  // uniform over the producer
         const int slot = i % kS;
@@ -166,7 +249,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
             ssrc = p.k_scale + col * p.k_scale_stride;
           }
         }
-        pg[a] = fetch(i + kWsPageAhead);  // in flight during the wait and the copies below
+        pg[a] = fetch(i + kAhead);  // in flight during the wait and the copies below
         if (i >= kS) sm90::mbar_wait(empty(slot), ((i / kS) - 1) & 1);
         const uint32_t dst = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
         if constexpr (kVec16) {
@@ -190,14 +273,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
     return;
   }
 
-  sm90::setmaxnreg_inc<kWsMathRegs>();
-  const int w = wg - 1, lane = tid & 31, warp = (tid >> 5) & 3;
+  sm90::setmaxnreg_inc<kQuad ? kWsQuadMathRegs : kWsMathRegs>();
+  const int lane = tid & 31, warp = (tid >> 5) & 3;
+  const int w = (wg - 1) / kRowSplit;             // this warpgroup's lane of blocks: i % kLanes == w
+  const int t0 = (wg - 1) % kRowSplit * kWgRows;  // its first row of the group
   const int g = lane >> 2, q4 = lane & 3;
-  // wr[t][2 j + e]: the weight (q_scale folded in) of row t, head 8 j + 2 q4 + e: this thread's heads.
-  float wr[kRows][16];
+  // wr[t][2 j + e]: the weight (q_scale folded in) of row t0 + t, head 8 j + 2 q4 + e: this thread's heads.
+  float wr[kWgRows][16];
 #pragma unroll
-  for (int t = 0; t < kRows; ++t) {
-    const int64_t row = row0 + t;
+  for (int t = 0; t < kWgRows; ++t) {
+    const int64_t row = row0 + t0 + t;
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
       const int h = 8 * (k >> 1) + 2 * q4 + (k & 1);
@@ -212,7 +297,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
   const uint32_t b_base = ptx::smem_addr(sQ);
   const int key_l = warp * 16 + g;  // this thread's keys in a block: key_l, key_l + 8
   const int my_key = key_l + 8 * (q4 & 1);
-  float acc[kBanks][kBankN / 2];  // acc[b][32 t' + 4 j + e]: row b * kBankRows + t'
+  float acc[kBanks][kBankN / 2];  // acc[b][32 t' + 4 j + e]: row t0 + b * kBankRows + t'
   constexpr int kBarOf0 = 1;      // named barrier "warpgroup w may issue": kBarOf0 + w
   if constexpr (kPingPong)
     if (w == 1) sm90::named_arrive(kBarOf0, 256);  // warpgroup 0 issues block 0 first
@@ -225,10 +310,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float* a = accb + 32 * (t % kBankRows) + 4 * j;
-      s0a = fmaf(relu_keep_nan(a[0]), wr[t][2 * j], s0a);
-      s0b = fmaf(relu_keep_nan(a[1]), wr[t][2 * j + 1], s0b);
-      s1a = fmaf(relu_keep_nan(a[2]), wr[t][2 * j], s1a);
-      s1b = fmaf(relu_keep_nan(a[3]), wr[t][2 * j + 1], s1b);
+      s0a = fmaf(relu_keep_nan(a[0]), wr[t - t0][2 * j], s0a);
+      s0b = fmaf(relu_keep_nan(a[1]), wr[t - t0][2 * j + 1], s0b);
+      s1a = fmaf(relu_keep_nan(a[2]), wr[t - t0][2 * j], s1a);
+      s1b = fmaf(relu_keep_nan(a[3]), wr[t - t0][2 * j + 1], s1b);
     }
     const float v0 = s0a + s0b, v1 = s1a + s1b;  // keys key_l, key_l + 8: this thread's 16 heads
     // Even lanes of the quad keep key key_l, odd ones key_l + 8: swap the other half with the neighbour,
@@ -244,16 +329,19 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
   };
 
   // The batched form (kBatched) of reduce_row over the rows of bank b (accb: its accumulators).
-  int win_lo[kRows], win_hi[kRows];  // the rows' windows [lo, hi)
+  int win_lo[kWgRows], win_hi[kWgRows];  // the windows [lo, hi) of rows t0 + t
 #pragma unroll
-  for (int t = 0; t < kRows; ++t) win_lo[t] = sWin[2 * t], win_hi[t] = sWin[2 * t + 1];
+  for (int t = 0; t < kWgRows; ++t) win_lo[t] = sWin[2 * (t0 + t)], win_hi[t] = sWin[2 * (t0 + t) + 1];
   const int rows_here = int(min(int64_t(kRows), p.rows - row0));  // rows of the group inside the batch
   float* const out_base = p.logits + row0 * p.logit_row_stride;
-  auto reduce_bank = [&](int b, const float* accb, int col, bool writer, bool my_ok, float my_scale) {
+  // kQuad: this lane's logit in block 0 (row row0 + t0); block i's is i * kB columns further.
+  float* const out_lane = out_base + int64_t(t0) * p.logit_row_stride + (cfirst + my_key) * p.logit_col_stride;
+  const int64_t out_step = int64_t(kB) * p.logit_col_stride;
+  auto reduce_bank = [&](int b, const float* accb, int col, bool writer, bool my_ok, float my_scale, int i) {
     float v[kBankRows], other[kBankRows];
 #pragma unroll
     for (int tt = 0; tt < kBankRows; ++tt) {
-      const int t = b * kBankRows + tt;
+      const int t = b * kBankRows + tt;  // the warpgroup's row t: the group's t0 + t
       float s0a = 0.f, s0b = 0.f, s1a = 0.f, s1b = 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -271,38 +359,57 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
     for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, other[tt], 1);
 #pragma unroll
     for (int tt = 0; tt < kBankRows; ++tt) v[tt] += __shfl_xor_sync(ptx::kFullMask, v[tt], 2);
-    float* const out = out_base + int64_t(col) * p.logit_col_stride;
+    // out[t * row stride]: row t0 + t of the group at this lane's column (t0 = 0 but with kQuad).
+    float* const out = kQuad ? out_lane + int64_t(i) * out_step : out_base + int64_t(col) * p.logit_col_stride;
 #pragma unroll
     for (int tt = 0; tt < kBankRows; ++tt) {
       const int t = b * kBankRows + tt;
       const bool visible = my_ok && col >= win_lo[t] && col < win_hi[t];
-      if (writer && t < rows_here) out[int64_t(t) * p.logit_row_stride] = visible ? v[tt] * my_scale : kNegInf;
+      if (writer && t0 + t < rows_here) out[int64_t(t) * p.logit_row_stride] = visible ? v[tt] * my_scale : kNegInf;
     }
   };
 
+  // kQuad: the wgmma descriptors and this lane's scale / flag addresses by addition (fewer instructions a block,
+  // the same values): a descriptor's address field is bits [0, 14) of address / 16 and shared memory lies below
+  // 256 KB, so adding a k step (32 bytes: 2) or a stage (8 KB: 512) never carries out of it.
+  const uint64_t a_desc0 = sm90::desc_kmajor(ptx::smem_addr(sK));
+  const uint64_t b_desc0 = sm90::desc_kmajor(b_base + uint32_t(t0 * kHeads * kDim));
+  const uint32_t scale_addr0 = ptx::smem_addr(sScale + my_key), ok_addr0 = ptx::smem_addr(sOk + my_key);
+
 #pragma unroll 1
-  for (int i = w; i < n; i += 2) {
-    const int slot = i % kS;
-    sm90::mbar_wait(full(slot), (i / kS) & 1);
+  for (int i = w; i < n; i += kLanes) {
+    const int slot = kQuad ? int(unsigned(i) % kS) : i % kS;
+    if constexpr (kQuad) sm90::mbar_wait_sleep(full(slot), int((unsigned(i) / kS) & 1));
+    else sm90::mbar_wait(full(slot), (i / kS) & 1);
     sm90::fence_proxy_async();  // the producer's cp.async bytes, seen through the async proxy
     const uint32_t a_base = ptx::smem_addr(sK) + uint32_t(slot * kB * kDim);
     if constexpr (kPingPong) sm90::named_sync(kBarOf0 + w, 256);  // the other warpgroup issued block i - 1
     sm90::wg_fence();
+    if constexpr (kQuad) {
+      const uint64_t a_desc = a_desc0 + uint32_t(slot) * (kB * kDim / 16);
 #pragma unroll
-    for (int b = 0; b < kBanks; ++b) {
-      const uint32_t bank_base = b_base + uint32_t(b * kBankN * kDim);  // q rows (smem rows) of bank b
-#pragma unroll
-      for (int k = 0; k < kDim / 32; ++k)
-        sm90::WgmmaFp8<kBankN>::ss(acc[b], sm90::desc_kmajor(a_base + 32 * k), sm90::desc_kmajor(bank_base + 32 * k),
-                                   k);
+      for (int k = 0; k < kDim / 32; ++k) sm90::WgmmaFp8<kBankN>::ss(acc[0], a_desc + 2 * k, b_desc0 + 2 * k, k);
       sm90::wg_commit();
+    } else {
+#pragma unroll
+      for (int b = 0; b < kBanks; ++b) {
+        const uint32_t bank_base = b_base + uint32_t((t0 * kHeads + b * kBankN) * kDim);  // q rows of bank b
+#pragma unroll
+        for (int k = 0; k < kDim / 32; ++k)
+          sm90::WgmmaFp8<kBankN>::ss(acc[b], sm90::desc_kmajor(a_base + 32 * k), sm90::desc_kmajor(bank_base + 32 * k),
+                                     k);
+        sm90::wg_commit();
+      }
     }
     if constexpr (kPingPong)
       if (i + 1 < n) sm90::named_arrive(kBarOf0 + (1 - w), 256);  // the other warpgroup may issue block i + 1
     // The key this lane writes (lanes q4 0 and 1 of a quad: keys key_l and key_l + 8), read while the wgmmas run.
     float my_scale;
     bool my_ok;
-    if constexpr (kBatched) {
+    if constexpr (kQuad) {
+      my_scale = lds_f32(scale_addr0 + uint32_t(slot * kB * 4));
+      my_ok = lds_u8(ok_addr0 + uint32_t(slot * kB)) != 0;
+    } else if constexpr (kBatched) {
       my_scale = lds_f32(ptx::smem_addr(sScale + slot * kB + my_key));
       my_ok = lds_u8(ptx::smem_addr(sOk + slot * kB + my_key)) != 0;
     } else {
@@ -313,10 +420,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_ws_kernel(const Params 
     const bool writer = q4 < 2 && col < c1;
     auto reduce = [&](int b) {
       if constexpr (kBatched) {
-        reduce_bank(b, acc[b], col, writer, my_ok, my_scale);
+        reduce_bank(b, acc[b], col, writer, my_ok, my_scale, i);
       } else {
 #pragma unroll
-        for (int t = b * kBankRows; t < (b + 1) * kBankRows; ++t) reduce_row(t, acc[b], col, writer, my_ok, my_scale);
+        for (int t = t0 + b * kBankRows; t < t0 + (b + 1) * kBankRows; ++t)
+          reduce_row(t, acc[b], col, writer, my_ok, my_scale);
       }
     };
     if constexpr (kSplit) {
