@@ -165,12 +165,13 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   }
   c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
   c.page_runs = tune.page_runs == 0 ? 0 : 1;
-  c.lane_pages = tune.lane_pages == 1 ? 1 : 0;  // not measured yet: off unless asked for
+  c.lane_pages = tune.lane_pages == 1 ? 1 : 0;                     // not measured yet: off unless asked for
+  c.ring_counters = tune.ring_counters == 1 && c.mt == 1 ? 1 : 0;  // not measured yet: off unless asked for
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
   const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0 || tune.ctas != 0 ||
-                     tune.page_runs >= 0 || tune.lane_pages >= 0;
+                     tune.page_runs >= 0 || tune.lane_pages >= 0 || tune.ring_counters >= 0;
   // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
   // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..4
   // forces one.

@@ -54,6 +54,7 @@ struct Plan {
   int page_shifts = 1;       // shift addressing for power-of-two pages
   int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
   int lane_pages = 0;        // sm80: where runs do not apply, one lane per key row looks up its page id
+  int ring_counters = 0;     // sm80, MT = 1: ring slots as loop counters, page-id prefetch indices by shifts
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
@@ -84,6 +85,10 @@ struct Tuning {
   // default (off), 0 off, 1 one lane per key row looks up its page id once per tile and the loading lanes
   // take the slots by shuffle.
   int lane_pages = -1;
+  // Portable kernel's decode / verify tiles (MT = 1): -1 default (off), 0 off, 1 the key loop carries the
+  // K/V stage and page-id ring slots as counters (no `tile % stages`, `tile % ring`: runtime divisors)
+  // and the page-id prefetch takes shifts on power-of-two pages. Same loads and arithmetic: same bits.
+  int ring_counters = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.

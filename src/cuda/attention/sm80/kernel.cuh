@@ -80,8 +80,14 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
 
 // MIN_CTAS: the CTAs per SM the register allocation must allow (__launch_bounds__); 3 caps MT = 1
 // at d <= 128 to 168 registers so three 2-stage CTAs (12 warps) share an SM (Plan::ctas_per_sm).
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
+// RC (Plan::ring_counters, MT = 1 only): the ring slots of the K/V stages and the page-id ring are
+// counters carried through the key loop instead of `tile % stages` / `tile % ring` (runtime divisors:
+// ~20 SASS instructions each, four per tile), and the page-id prefetch's page indices are shifts on
+// power-of-two pages instead of two integer divisions. Same slots, same loads, same arithmetic: the
+// bits equal RC = false's (tested).
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC>
 __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(const Params p) {
+  static_assert(!RC || MT == 1, "ring counters: decode / verify tiles only");
   using Tr = Traits<T, D, DV, FP8, MT>;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -148,14 +154,23 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   const int ring = 2 * p.stages;
   int* sPage = reinterpret_cast<int*>(sStat + 640);  // [ring][Tr::kTile]
   const int* pt = p.page_table + int64_t(r) * p.pt_st;
-  auto issue_pages = [&](int tile) {
+  // slot (RC): the ring entry of `tile`, tile % ring.
+  auto issue_pages = [&](int tile, int slot) {
+    if constexpr (!RC) slot = tile % ring;
     if (tile >= n_tiles) return;
     const int j0 = k_begin + tile * Tr::kTile;
-    const int p0 = j0 / p.page_size, p1 = (min(j0 + Tr::kTile, k_end) - 1) / p.page_size;
+    int p0, p1;
+    if (RC && p.page_shift >= 0) {  // j0 >= 0: shifts equal the divisions
+      p0 = j0 >> p.page_shift;
+      p1 = (min(j0 + Tr::kTile, k_end) - 1) >> p.page_shift;
+    } else {
+      p0 = j0 / p.page_size;
+      p1 = (min(j0 + Tr::kTile, k_end) - 1) / p.page_size;
+    }
     if (tid <= p1 - p0) {
       const int pi = p0 + tid;
       const bool ok = pi < p.max_pages;
-      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % ring) * Tr::kTile + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
+      ptx::cp_async_4(ptx::smem_addr(sPage + slot * Tr::kTile + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
     }
   };
 
@@ -164,13 +179,18 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   // Whether this thread's chunk is part of a K / V row (compile-time true when no row is padded).
   const bool k_chunk = Tr::kKRawChunks == Tr::kRawChunks || lch < Tr::kKRawChunks;
   const bool v_chunk = Tr::kVRawChunks == Tr::kRawChunks || lch < Tr::kVRawChunks;
-  auto issue = [&](int tile) {
-    char* dK = sKV + (tile % p.stages) * 2 * Tr::kRawTileBytes;
+  // stage (RC): tile % stages; slot (RC): its page ids' ring entry, tile % ring.
+  auto issue = [&](int tile, int stage, int slot) {
+    if constexpr (!RC) {
+      stage = tile % p.stages;
+      slot = tile % ring;
+    }
+    char* dK = sKV + stage * 2 * Tr::kRawTileBytes;
     char* dV = dK + Tr::kRawTileBytes;
     const char* gK = p.k + int64_t(hk) * p.k_sh + lch * 16;
     const char* gV = p.v + int64_t(hk) * p.v_sh + lch * 16;
     const int j0 = k_begin + tile * Tr::kTile;
-    const int* pages = sPage + (tile % ring) * Tr::kTile;
+    const int* pages = sPage + slot * Tr::kTile;
     auto load_row = [&](int i, int j, int pi, int in_page, int p0) {
       const int row = lrow0 + i * Tr::kLoadStep;
       int slot = -1;
@@ -301,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
 
   // ---- pipeline prologue: group 0 = Q + page ids of the first `stages` tiles (waited for here);
   // then each group = one K/V tile + the page ids of the tile `stages` further on.
-  for (int s = 0; s < p.stages; ++s) issue_pages(s);
+  for (int s = 0; s < p.stages; ++s) issue_pages(s, s);  // s < ring
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   __syncthreads();
@@ -313,22 +333,27 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
                        qf[kk][2], qf[kk][3]);
   }
   for (int s = 0; s < p.stages - 1; ++s) {
-    if (s < n_tiles) issue(s);
-    issue_pages(s + p.stages);
+    if (s < n_tiles) issue(s, s, s);  // s < stages <= ring
+    issue_pages(s + p.stages, s + p.stages);
     ptx::cp_async_commit();
   }
 
+  // RC's counters at tile t: cs = t % stages (the stage read), is = (t + stages - 1) % stages (the
+  // stage refilled), rs = (t + stages - 1) % ring (its page ids' slot; the prefetch of tile
+  // t + 2 * stages - 1 takes the other half of the ring, rs +- stages).
+  int cs = 0, is = p.stages - 1, rs = p.stages - 1;
   for (int t = 0; t < n_tiles; ++t) {
     {
       const int nt = t + p.stages - 1;
-      if (nt < n_tiles) issue(nt);
-      issue_pages(nt + p.stages);
+      if (nt < n_tiles) issue(nt, is, rs);
+      issue_pages(nt + p.stages, rs < p.stages ? rs + p.stages : rs - p.stages);
       ptx::cp_async_commit();
     }
-    ptx::cp_async_wait_dyn(p.stages - 1);
+    if constexpr (RC) ptx::cp_async_wait_by_compare(p.stages - 1);
+    else ptx::cp_async_wait_dyn(p.stages - 1);
     __syncthreads();
 
-    const char* tK = sKV + (t % p.stages) * 2 * Tr::kRawTileBytes;
+    const char* tK = sKV + (RC ? cs : t % p.stages) * 2 * Tr::kRawTileBytes;
     const char* tV = tK + Tr::kRawTileBytes;
     if constexpr (FP8) {  // widen e4m3 -> T into the swizzled conversion tiles
       char* cK = sConv;
@@ -449,6 +474,11 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       }
     }
     __syncthreads();  // this stage is refilled by the next iteration's issue
+    if constexpr (RC) {
+      is = cs;
+      cs = cs + 1 == p.stages ? 0 : cs + 1;
+      rs = rs + 1 == ring ? 0 : rs + 1;
+    }
   }
 
   // ---- epilogue: combine the key slices of each m-tile, normalize, write out (or the split part).
@@ -541,9 +571,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   }
 }
 
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC>
 void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS>;
+  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS, RC>;
   static bool configured = [&] {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -557,12 +587,20 @@ void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream
   kernel<<<grid, kThreads, c.smem, stream>>>(p);
 }
 
+template <typename T, int D, int DV, bool FP8, int MT, bool RC>
+void launch_rc(const Params& p, const Config& c, int batch, cudaStream_t stream) {
+  if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
+    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3, RC>(p, c, batch, stream);
+  }
+  launch_occ<T, D, DV, FP8, MT, 1, RC>(p, c, batch, stream);
+}
+
 template <typename T, int D, int DV, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
-    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3>(p, c, batch, stream);
+  if constexpr (MT == 1) {
+    if (c.ring_counters) return launch_rc<T, D, DV, FP8, MT, true>(p, c, batch, stream);
   }
-  launch_occ<T, D, DV, FP8, MT, 1>(p, c, batch, stream);
+  launch_rc<T, D, DV, FP8, MT, false>(p, c, batch, stream);
 }
 
 }  // namespace attnserve::cuda::attn
