@@ -445,15 +445,22 @@ void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, in
                  cuda::attn::run(args((i * burst + k) % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, v.tune);
              }) /
              burst;
-        char buf[128];
-        std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s]",
+        // Page runs apply from 2 load steps per page (16 slots at d 128 bf16, 32 for its 128-byte FP8 rows).
+        const int runs_from = 2 * (128 / (d * (fp8 ? 1 : 2) / 16));
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s%s]",
                       cuda::attn::kernel_name(cfg.kernel), cfg.num_splits, cfg.stages, cfg.mt, cfg.ctas_per_sm,
-                      cfg.page_runs && ps >= 16 ? " page-runs"
-                      : cfg.lane_pages          ? " lane-pages"
-                                                : "");
+                      cfg.page_runs && ps >= runs_from ? " page-runs"
+                      : cfg.lane_pages                 ? " lane-pages"
+                                                       : "",
+                      cfg.ring_counters ? " ring" : "");
         note = buf;
       }
-      report_bw(name + " " + v.label + " r" + std::to_string(round + 1), us, kv_bytes, note);
+      // The SM clock right after (the power controller's state: a just-filled allocation's cases ran ~12 %
+      // slow in sessions 5 and 7, the gather-read too; this says whether the clock moved with them).
+      char clock[32];
+      std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
+      report_bw(name + " " + v.label + " r" + std::to_string(round + 1), us, kv_bytes, note + clock);
     }
 }
 
@@ -949,8 +956,13 @@ int main(int argc, char** argv) try {
       bench_variants("same ring verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, ring});
       bench_variants("same ring b64x8K hq32 hkv8 page16 deterministic", 64, 32, 8, 128, 16, 1, 8192, 1,
                      {det, Variant{"deterministic ring", rc, true}});
-      bench_variants("same ring fp8 b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1, {def, ring}, 2, true);
-      bench_variants("same ring fp8 b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1, {def, ring}, 2, true);
+      // FP8 rows are 128 bytes at d 128: 16 rows per load step, so page 16 takes the per-row path (runs
+      // need pages of 32), and lane page ids apply there.
+      bench_variants("same ring fp8 b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1,
+                     {def, ring, lanes, lanes_ring}, 2, true);
+      bench_variants("same ring fp8 b64x8K hq32 hkv8 page64", 64, 32, 8, 128, 64, 1, 8192, 1, {def, ring}, 2, true);
+      bench_variants("same ring fp8 b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
+                     {def, ring, lanes, lanes_ring}, 2, true);
     }
     // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
     bench_variants("same b4x32K hq32 hkv8 page16", 4, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});

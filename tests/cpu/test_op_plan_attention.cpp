@@ -244,6 +244,13 @@ TEST(OpPlanAttention, RingCountersOnlyWhenAskedAndOnlyMt1) {
   EXPECT_EQ(prefill.mt, 4);
   EXPECT_EQ(prefill.ring_counters, 0);  // 64-row tiles keep the modulo indexing
   EXPECT_EQ(cuda::attn::make_plan(problem(4, 1024, 4096), kH200, Tuning{.mt = 1, .ring_counters = 1}).ring_counters, 1);
+  // The kernel's page products are 32-bit: a page of more than 4 GiB (16 slots x 2^28-element strides)
+  // keeps the modulo kernel.
+  Problem wide = problem(64, 1, 8192);
+  wide.kv_token_stride = int64_t(1) << 28;
+  EXPECT_EQ(cuda::attn::make_plan(wide, kH200, Tuning{.ring_counters = 1}).ring_counters, 0);
+  wide.kv_token_stride = int64_t(1) << 26;  // 2 GiB pages: still 32-bit
+  EXPECT_EQ(cuda::attn::make_plan(wide, kH200, Tuning{.ring_counters = 1}).ring_counters, 1);
 }
 
 TEST(OpPlanAttention, DeterministicSplitSizeTuningRoundsToTiles) {

@@ -165,8 +165,11 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   }
   c.page_shifts = tune.page_shifts == 0 ? 0 : 1;  // on unless a benchmark turns it off
   c.page_runs = tune.page_runs == 0 ? 0 : 1;
-  c.lane_pages = tune.lane_pages == 1 ? 1 : 0;                     // not measured yet: off unless asked for
-  c.ring_counters = tune.ring_counters == 1 && c.mt == 1 ? 1 : 0;  // not measured yet: off unless asked for
+  c.lane_pages = tune.lane_pages == 1 ? 1 : 0;  // not measured yet: off unless asked for
+  // Ring counters (not measured yet: off unless asked for): 16-row tiles, and a page's bytes within 32 bits
+  // (the kernel's page products; the launcher checks the strides of the views again).
+  const int64_t page_bytes = p.page_size * p.kv_token_stride * (fp8 ? 1 : 2);
+  c.ring_counters = tune.ring_counters == 1 && c.mt == 1 && page_bytes <= int64_t(0xffffffffu) ? 1 : 0;
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).

@@ -86,8 +86,10 @@ struct Tuning {
   // take the slots by shuffle.
   int lane_pages = -1;
   // Portable kernel's decode / verify tiles (MT = 1): -1 default (off), 0 off, 1 the key loop carries the
-  // K/V stage and page-id ring slots as counters (no `tile % stages`, `tile % ring`: runtime divisors)
-  // and the page-id prefetch takes shifts on power-of-two pages. Same loads and arithmetic: same bits.
+  // K/V stage and page-id ring slots as counters (no `tile % stages`, `tile % ring`: runtime divisors),
+  // the page-id prefetch takes shifts on power-of-two pages, and page-run / lane-page addresses 32-bit
+  // page products (pages of < 4 GiB), and O's rescale is skipped in tiles that raise no row's max of the
+  // warp (every factor exactly 1). Same loads and arithmetic: same bits.
   int ring_counters = -1;
 };
 

@@ -83,8 +83,10 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
 // RC (Plan::ring_counters, MT = 1 only): the ring slots of the K/V stages and the page-id ring are
 // counters carried through the key loop instead of `tile % stages` / `tile % ring` (runtime divisors:
 // ~20 SASS instructions each, four per tile), and the page-id prefetch's page indices are shifts on
-// power-of-two pages instead of two integer divisions. Same slots, same loads, same arithmetic: the
-// bits equal RC = false's (tested).
+// power-of-two pages instead of two integer divisions; the wait takes compares instead of a jump table;
+// and the page-run / lane-page addresses are 32 x 32 -> 64-bit products (a page's bytes fit 32 bits:
+// ring_counters_apply); O's rescale is skipped when no row of the warp raised its max (every factor
+// exactly 1). Same slots, same loads, same arithmetic: the bits equal RC = false's (tested).
 template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC>
 __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(const Params p) {
   static_assert(!RC || MT == 1, "ring counters: decode / verify tiles only");
@@ -176,6 +178,15 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
 
   // ---- K/V tile loads: thread owns chunk `lch` of rows lrow0 + i * kLoadStep.
   const int lch = tid % Tr::kRawChunks, lrow0 = tid / Tr::kRawChunks;
+  // RC: a page's bytes (page_size * token stride) fit 32 bits (ring_counters_apply(), checked at launch;
+  // any real cache: 16 slots x 8 heads x 256 B = 32 KB), so a row's address is one 32 x 32 -> 64-bit
+  // multiply-add (IMAD.WIDE.U32) of the page id (runs) or slot (lane page ids) onto a 64-bit base instead
+  // of a signed 64-bit product and add; slots < 2^31 (can_implement): the same addresses.
+  constexpr bool narrow = RC;
+  const uint32_t k_stok32 = uint32_t(p.k_stok), v_stok32 = uint32_t(p.v_stok);
+  const uint32_t k_page32 = uint32_t(p.page_size) * k_stok32, v_page32 = uint32_t(p.page_size) * v_stok32;
+  // This thread's first row in a page, a 32-bit offset (lrow0 < kLoadStep slots: < a page's bytes).
+  const uint32_t k_lane32 = uint32_t(lrow0) * k_stok32, v_lane32 = uint32_t(lrow0) * v_stok32;
   // Whether this thread's chunk is part of a K / V row (compile-time true when no row is padded).
   const bool k_chunk = Tr::kKRawChunks == Tr::kRawChunks || lch < Tr::kKRawChunks;
   const bool v_chunk = Tr::kVRawChunks == Tr::kRawChunks || lch < Tr::kVRawChunks;
@@ -219,13 +230,27 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
         const int off0 = j0 & (p.page_size - 1);  // > 0 only when one page holds several tiles
         const int p0 = j0 >> sh;
         const int64_t k_step = int64_t(Tr::kLoadStep) * p.k_stok, v_step = int64_t(Tr::kLoadStep) * p.v_stok;
+        // narrow: this tile's offset in its page once (off0 < page_size), then per run one IMAD.WIDE.U32
+        // per tensor (the same addresses).
+        const char* k_base = gK + (k_lane32 + uint32_t(off0) * k_stok32);  // off0 + lrow0 < page_size
+        const char* v_base = gV + (v_lane32 + uint32_t(off0) * v_stok32);
 #pragma unroll
         for (int g = 0; g < Tr::kRowsPerThread / RUN; ++g) {
           const int page = pages[g];  // tile-aligned j0: run g lies in page p0 + g (p0 alone if RUN is all rows)
-          const bool page_ok = p0 + g < p.max_pages && page >= 0 && page < p.num_pages;
-          const int64_t slot0 = int64_t(page_ok ? page : 0) * p.page_size + off0 + lrow0;
-          const char* k_row = gK + slot0 * p.k_stok;
-          const char* v_row = gV + slot0 * p.v_stok;
+          const char* k_row;
+          const char* v_row;
+          bool page_ok;
+          if (narrow) {
+            page_ok = p0 + g < p.max_pages && uint32_t(page) < uint32_t(p.num_pages);  // 0 <= page < num_pages
+            const uint32_t pg = page_ok ? uint32_t(page) : 0u;
+            k_row = k_base + uint64_t(pg) * k_page32;
+            v_row = v_base + uint64_t(pg) * v_page32;
+          } else {
+            page_ok = p0 + g < p.max_pages && page >= 0 && page < p.num_pages;
+            const int64_t slot0 = int64_t(page_ok ? page : 0) * p.page_size + off0 + lrow0;
+            k_row = gK + slot0 * p.k_stok;
+            v_row = gV + slot0 * p.v_stok;
+          }
 #pragma unroll
           for (int r = 0; r < RUN; ++r) {
             const int i = g * RUN + r, row = lrow0 + i * Tr::kLoadStep;
@@ -264,8 +289,13 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
         const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
         const int bytes = row_slot >= 0 ? 16 : 0;
         const uint64_t s = uint32_t(max(row_slot, 0));  // zero-extended: no sign word in the products
-        if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + int64_t(s) * p.k_stok, bytes);
-        if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + int64_t(s) * p.v_stok, bytes);
+        if (narrow) {                                   // one IMAD.WIDE.U32 per row and tensor
+          if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * k_stok32, bytes);
+          if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * v_stok32, bytes);
+        } else {
+          if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + int64_t(s) * p.k_stok, bytes);
+          if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + int64_t(s) * p.v_stok, bytes);
+        }
       }
     } else if (sh >= 0) {
       const int p0 = j0 >> sh, mask = (1 << sh) - 1;
@@ -447,12 +477,17 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     }
     l0 = l0 * al0 + ps0;
     l1 = l1 * al1 + ps1;
+    // RC: no row of the warp raised its max, so every factor is exactly 1 (exp2f(0)) and the rescale
+    // would leave O's bits as they are: skip its DV / 2 multiplies (a warp-uniform branch; after the
+    // first tiles most tiles raise no max).
+    if (!RC || __any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < Tr::DW / 8; ++i) {
-      o[i][0] *= al0;
-      o[i][1] *= al0;
-      o[i][2] *= al1;
-      o[i][3] *= al1;
+      for (int i = 0; i < Tr::DW / 8; ++i) {
+        o[i][0] *= al0;
+        o[i][1] *= al0;
+        o[i][2] *= al1;
+        o[i][3] *= al1;
+      }
     }
 
     // O += P V
@@ -595,10 +630,16 @@ void launch_rc(const Params& p, const Config& c, int batch, cudaStream_t stream)
   launch_occ<T, D, DV, FP8, MT, 1, RC>(p, c, batch, stream);
 }
 
+// The ring-counter kernel's 32-bit page products: a page's bytes fit 32 bits (the plan checks the same).
+inline bool ring_counters_apply(const Params& p) {
+  const auto fits = [&](int64_t stok) { return stok >= 0 && int64_t(p.page_size) * stok <= int64_t(0xffffffffu); };
+  return fits(p.k_stok) && fits(p.v_stok);
+}
+
 template <typename T, int D, int DV, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
   if constexpr (MT == 1) {
-    if (c.ring_counters) return launch_rc<T, D, DV, FP8, MT, true>(p, c, batch, stream);
+    if (c.ring_counters && ring_counters_apply(p)) return launch_rc<T, D, DV, FP8, MT, true>(p, c, batch, stream);
   }
   launch_rc<T, D, DV, FP8, MT, false>(p, c, batch, stream);
 }
