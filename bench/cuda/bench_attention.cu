@@ -455,6 +455,18 @@ void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, in
                                                        : "",
                       cfg.ring_counters ? " ring" : "");
         note = buf;
+        if (v.b2b > 0) {  // the host's side of one call: a burst enqueued onto a busy GPU, host clock per call
+          CK(cudaDeviceSynchronize());
+          const auto h0 = std::chrono::steady_clock::now();
+          for (int k = 0; k < burst; ++k)
+            cuda::attn::run(args(k % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, v.tune);
+          const double host_us =
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+          CK(cudaDeviceSynchronize());
+          char h[48];
+          std::snprintf(h, sizeof h, " host %.1f us/call", host_us / burst);
+          note += h;
+        }
       }
       // The SM clock right after (the power controller's state: a just-filled allocation's cases ran ~12 %
       // slow in sessions 5 and 7, the gather-read too; this says whether the clock moved with them).
