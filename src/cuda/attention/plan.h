@@ -89,7 +89,7 @@ struct Tuning {
   // K/V stage and page-id ring slots as counters (no `tile % stages`, `tile % ring`: runtime divisors),
   // the page-id prefetch takes shifts on power-of-two pages, and page-run / lane-page addresses 32-bit
   // page products (pages of < 4 GiB), and O's rescale is skipped in tiles that raise no row's max of the
-  // warp (every factor exactly 1). Same loads and arithmetic: same bits.
+  // warp (every factor exactly 1); FP8's e4m3 widening unrolled. Same loads and arithmetic: same bits.
   int ring_counters = -1;
 };
 
