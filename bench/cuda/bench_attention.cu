@@ -953,6 +953,10 @@ int main(int argc, char** argv) try {
                      with({def, ring, def_b2b, ring_b2b, gat}, kv_dist));
       bench_variants("same ring b64x8K hq32 hkv8 page16 pool4x", 64, 32, 8, 128, 16, 1, 8192, 4,
                      with({def, ring, gat}, kv_dist));
+      // The same-process FA3 comparison's layout at page 1 and 64: the batch's pages sampled from a 16x pool.
+      bench_variants("same ring b64x8K hq32 hkv8 page64 pool16x", 64, 32, 8, 128, 64, 1, 8192, 16, {def, ring, gat});
+      bench_variants("same ring b64x8K hq32 hkv8 page1 pool16x", 64, 32, 8, 128, 1, 1, 8192, 16,
+                     {def, lanes, lanes_ring, gat});
       bench_variants("same ring b64x8K hq32 hkv8 page1", 64, 32, 8, 128, 1, 1, 8192, 1,
                      {def, ring, lanes, lanes_ring, gat});
       bench_variants("same ring b64x8K hq32 hkv8 page8", 64, 32, 8, 128, 8, 1, 8192, 1, {def, ring, lanes, lanes_ring});
