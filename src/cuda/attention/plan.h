@@ -54,7 +54,7 @@ struct Plan {
   int page_shifts = 1;       // shift addressing for power-of-two pages
   int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
   int lane_pages = 0;        // sm80: where runs do not apply, one lane per key row looks up its page id
-  int ring_counters = 0;     // sm80, MT = 1: ring slots as loop counters, page-id prefetch indices by shifts
+  int ring_counters = 0;     // sm80, MT = 1: the lean key loop (Tuning::ring_counters; pages < 4 GiB)
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
