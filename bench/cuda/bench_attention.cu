@@ -262,8 +262,9 @@ struct Paged {
   size_t q_set_elems;
 };
 
+// v_slack: bytes the V allocation holds past the pool (filled too), for views of V shifted inside it.
 Paged make_paged(int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, bool shuffle, uint32_t seed, int pool = 1,
-                 bool fp8 = false, int d_v = 0) {
+                 bool fp8 = false, int d_v = 0, size_t v_slack = 0) {
   Paged p{b,  h_q, h_kv, d,  ps, q_len, ctx, 0,  0, fp8, d_v > 0 ? d_v : d, {}, {}, {},
           {}, {},  {},   {}, {}, {},    {},  {}, 0, 0};
   p.max_pages = (ctx + ps - 1) / ps;
@@ -271,10 +272,10 @@ Paged make_paged(int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, bo
   const size_t kv_elems = size_t(p.num_pages) * ps * h_kv * d, v_elems = kv_elems / d * p.d_v;
   const size_t kv_bytes = kv_elems * (fp8 ? 1 : 2), v_bytes = v_elems * (fp8 ? 1 : 2);
   p.k = Buffer(kv_bytes, Device::cuda());
-  p.v = Buffer(v_bytes, Device::cuda());
+  p.v = Buffer(v_bytes + v_slack, Device::cuda());
   if (fp8) {
     fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p.k.data()), kv_bytes, seed);
-    fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p.v.data()), v_bytes, seed + 1);
+    fill_fp8_kernel<<<1024, 256>>>(static_cast<uint8_t*>(p.v.data()), v_bytes + v_slack, seed + 1);
     CK(cudaGetLastError());
     std::vector<float> ds(size_t(b) * h_kv);
     for (size_t i = 0; i < ds.size(); ++i) ds[i] = 0.25f + 0.01f * float(i % 17);
@@ -284,7 +285,7 @@ Paged make_paged(int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, bo
     CK(cudaMemcpy(p.vds.data(), ds.data(), ds.size() * 4, cudaMemcpyHostToDevice));
   } else {
     fill_bf16(p.k.data(), kv_elems, seed);
-    fill_bf16(p.v.data(), v_elems, seed + 1);
+    fill_bf16(p.v.data(), v_elems + v_slack / 2, seed + 1);
   }
   p.q_set_elems = size_t(b) * q_len * h_q * d;
   p.q_sets = std::max<int>(1, int((96ull << 20) / (p.q_set_elems * 2 + 1)) + 1);  // > L2 across sets
@@ -381,14 +382,23 @@ struct Variant {
   bool deterministic = false;
   bool near = false;    // pool > 1: a permutation of the pool's first b x max_pages pages instead
   bool gather = false;  // gather_read_kernel (no math) instead of the attention op
+  // > 0: the median of back-to-back bursts of this many calls between one pair of events, per call (the
+  // host's launch path and the GPU's idle gap between one call's events leave the figure; what stays is
+  // what a CUDA-graph replay of many layers pays: each call's ramp-up and tail).
+  int b2b = 0;
+  // V read through a view this many bytes past the allocation's start (the K/V distance changes by it,
+  // the pages and the page table do not); > 0 only for timing (the values read differ).
+  size_t v_shift = 0;
 };
 
 // One allocation (pool, caches, both page tables), every variant timed in turn, `rounds` times
 // (A B C A B C): variants compared on the same buffers, the repeat showing the drift in between.
 void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, int ps, int q_len, int ctx, int pool,
-                    const std::vector<Variant>& vs, int rounds = 2) {
+                    const std::vector<Variant>& vs, int rounds = 2, bool fp8 = false) {
   if (!selected(name)) return;
-  Paged p = make_paged(b, h_q, h_kv, d, ps, q_len, ctx, true, 4321u + uint32_t(ps), pool, false);
+  size_t v_slack = 0;
+  for (const Variant& v : vs) v_slack = std::max(v_slack, v.v_shift);
+  Paged p = make_paged(b, h_q, h_kv, d, ps, q_len, ctx, true, 4321u + uint32_t(ps), pool, fp8, 0, v_slack);
   const Buffer& pt_far = p.pt;  // the batch's pages sampled from the whole pool
   Buffer pt_near(size_t(b) * p.max_pages * 4, Device::cuda());
   {
@@ -403,42 +413,66 @@ void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, in
     ws_bytes = std::max(ws_bytes, cfg.ws_bytes);
   }
   p.ws = Buffer(ws_bytes, Device::cuda());
-  const double kv_bytes = 2.0 * b * double(ctx) * h_kv * d * 2;
+  const double kv_bytes = 2.0 * b * double(ctx) * h_kv * d * (fp8 ? 1 : 2);
   int shift = 0;
   while ((1 << shift) < ps) ++shift;
   Buffer sink(256, Device::cuda());
   for (int round = 0; round < rounds; ++round)
     for (const Variant& v : vs) {
       const Buffer& pt = v.near ? pt_near : pt_far;
+      const char* v_base = static_cast<const char*>(p.v.data()) + v.v_shift;
       auto args = [&](int set) {
         PagedAttentionArgs a = paged_args(p, set, v.deterministic);
         a.page_table = pt.view(DType::i32, {b, p.max_pages});
+        a.v_cache.data = const_cast<char*>(v_base);
         return a;
       };
       double us = 0;
       std::string note;
       if (v.gather) {
+        if (fp8 || d != 128) continue;  // the gather kernel reads 256-byte rows
         us = median_us([&](int) {
           gather_read_kernel<<<dim3(unsigned(h_kv), unsigned(b)), 128>>>(
-              static_cast<const char*>(p.k.data()), static_cast<const char*>(p.v.data()),
-              static_cast<const int*>(pt.data()), p.max_pages, shift, ctx, int64_t(h_kv) * d * 2, int64_t(d) * 2,
-              static_cast<uint32_t*>(sink.data()));
+              static_cast<const char*>(p.k.data()), v_base, static_cast<const int*>(pt.data()), p.max_pages, shift, ctx,
+              int64_t(h_kv) * d * 2, int64_t(d) * 2, static_cast<uint32_t*>(sink.data()));
         });
         CK(cudaGetLastError());
       } else {
         const auto cfg = cuda::attn::select(args(0), cuda::attn::current_device_caps(), v.tune);
+        const int burst = std::max(1, v.b2b);
         us = median_us([&](int i) {
-          cuda::attn::run(args(i % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, v.tune);
-        });
-        char buf[128];
-        std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s]",
+               for (int k = 0; k < burst; ++k)
+                 cuda::attn::run(args((i * burst + k) % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, v.tune);
+             }) /
+             burst;
+        // Page runs apply from 2 load steps per page (16 slots at d 128 bf16, 32 for its 128-byte FP8 rows).
+        const int runs_from = 2 * (128 / (d * (fp8 ? 1 : 2) / 16));
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s%s]",
                       cuda::attn::kernel_name(cfg.kernel), cfg.num_splits, cfg.stages, cfg.mt, cfg.ctas_per_sm,
-                      cfg.page_runs && ps >= 16 ? " page-runs"
+                      cfg.page_runs && ps >= runs_from     ? " page-runs"
                       : cfg.lane_pages && cfg.mt == 1 ? " lane-pages"
-                                                : "");
+                                                           : "",
+                      cfg.ring_counters ? " ring" : "");
         note = buf;
+        if (v.b2b > 0) {  // the host's side of one call: a burst enqueued onto a busy GPU, host clock per call
+          CK(cudaDeviceSynchronize());
+          const auto h0 = std::chrono::steady_clock::now();
+          for (int k = 0; k < burst; ++k)
+            cuda::attn::run(args(k % p.q_sets), Workspace{p.ws.data(), p.ws.bytes()}, {}, v.tune);
+          const double host_us =
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+          CK(cudaDeviceSynchronize());
+          char h[48];
+          std::snprintf(h, sizeof h, " host %.1f us/call", host_us / burst);
+          note += h;
+        }
       }
-      report_bw(name + " " + v.label + " r" + std::to_string(round + 1), us, kv_bytes, note);
+      // The SM clock right after (the power controller's state: a just-filled allocation's cases ran ~12 %
+      // slow in sessions 5 and 7, the gather-read too; this says whether the clock moved with them).
+      char clock[32];
+      std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
+      report_bw(name + " " + v.label + " r" + std::to_string(round + 1), us, kv_bytes, note + clock);
     }
 }
 
@@ -889,6 +923,62 @@ int main(int argc, char** argv) try {
                      {rows_v, def, rows_c3, c3, gat});
       bench_variants("same lanes b128x4K hq16 hkv2" + page, 128, 16, 2, 128, ps, 1, 4096, 1,
                      {rows_v, def, rows_c3s1, c3s1, gat});
+    }
+    // Ring counters (Tuning::ring_counters, session 7, not the default): the key loop's stage and page-id
+    // ring slots as counters, the page-id prefetch by shifts (~150 fewer instructions per thread per tile,
+    // bench/NOTES.md "Session 7: decode"), against the default on the same buffers; with lane page ids
+    // where page runs do not apply; "b2b": bursts of 10 calls between one pair of events (per call), which
+    // separates the per-call constant (~18 us in 610e825's context sweep) from the streaming rate; "v+32K"
+    // / "v+1M": V read 32 KB / 1 MB further into its allocation (tests whether the K/V distance, not the
+    // pages, makes an allocation read slowly: the pool4x case, slow in 610e825 with near pages too).
+    {
+      const Tuning rc{.ring_counters = 1}, lane_rc{.lane_pages = 1, .ring_counters = 1},
+          c3_rc{.num_splits = 3, .ctas = 3, .ring_counters = 1};
+      const Variant ring{"ring", rc}, lanes_ring{"lane-pages ring", lane_rc}, c3_ring{"ctas3 splits3 ring", c3_rc};
+      Variant def_b2b{"default b2b10"}, ring_b2b{"ring b2b10", rc};
+      def_b2b.b2b = ring_b2b.b2b = 10;
+      auto shifted = [&](const char* label, size_t bytes, bool gather) {
+        Variant v{label, {}, false, false, gather};
+        v.v_shift = bytes;
+        return v;
+      };
+      const std::vector<Variant> kv_dist{shifted("v+32K", 32 << 10, false),
+                                         shifted("v+32K gather-read", 32 << 10, true), shifted("v+1M", 1 << 20, false),
+                                         shifted("v+1M gather-read", 1 << 20, true)};
+      auto with = [](std::vector<Variant> a, const std::vector<Variant>& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+      };
+      bench_variants("same ring b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1,
+                     with({def, ring, def_b2b, ring_b2b, gat}, kv_dist));
+      bench_variants("same ring b64x8K hq32 hkv8 page16 pool4x", 64, 32, 8, 128, 16, 1, 8192, 4,
+                     with({def, ring, gat}, kv_dist));
+      // The same-process FA3 comparison's layout at page 1 and 64: the batch's pages sampled from a 16x pool.
+      bench_variants("same ring b64x8K hq32 hkv8 page64 pool16x", 64, 32, 8, 128, 64, 1, 8192, 16, {def, ring, gat});
+      bench_variants("same ring b64x8K hq32 hkv8 page1 pool16x", 64, 32, 8, 128, 1, 1, 8192, 16,
+                     {def, lanes, lanes_ring, gat});
+      bench_variants("same ring b64x8K hq32 hkv8 page1", 64, 32, 8, 128, 1, 1, 8192, 1,
+                     {def, ring, lanes, lanes_ring, gat});
+      bench_variants("same ring b64x8K hq32 hkv8 page8", 64, 32, 8, 128, 8, 1, 8192, 1, {def, ring, lanes, lanes_ring});
+      bench_variants("same ring b64x8K hq32 hkv8 page16 ctas3", 64, 32, 8, 128, 16, 1, 8192, 1, {c3, c3_ring});
+      bench_variants("same ring b64x1K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 1024, 1,
+                     {def, ring, def_b2b, ring_b2b});
+      bench_variants("same ring b256x2K hq32 hkv8 page16", 256, 32, 8, 128, 16, 1, 2048, 1,
+                     {def, ring, def_b2b, ring_b2b});
+      bench_variants("same ring b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
+                     {def, ring, def_b2b, ring_b2b});
+      bench_variants("same ring b128x4K hq16 hkv2 page1", 128, 16, 2, 128, 1, 1, 4096, 1,
+                     {def, ring, lanes, lanes_ring});
+      bench_variants("same ring verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, ring});
+      bench_variants("same ring b64x8K hq32 hkv8 page16 deterministic", 64, 32, 8, 128, 16, 1, 8192, 1,
+                     {det, Variant{"deterministic ring", rc, true}});
+      // FP8 rows are 128 bytes at d 128: 16 rows per load step, so page 16 takes the per-row path (runs
+      // need pages of 32), and lane page ids apply there.
+      bench_variants("same ring fp8 b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1,
+                     {def, ring, lanes, lanes_ring}, 2, true);
+      bench_variants("same ring fp8 b64x8K hq32 hkv8 page64", 64, 32, 8, 128, 64, 1, 8192, 1, {def, ring}, 2, true);
+      bench_variants("same ring fp8 b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
+                     {def, ring, lanes, lanes_ring}, 2, true);
     }
     // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
     bench_variants("same b4x32K hq32 hkv8 page16", 4, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});

@@ -224,6 +224,35 @@ TEST(OpPlanAttention, LanePagesUnlessTurnedOff) {
   EXPECT_NE(cuda::attn::make_plan(problem(4, 1024, 4096), kH200, {}, kWithSm90).kernel, Kernel::sm80);
 }
 
+// Ring counters (session 7, not measured yet): off by default, on only when asked for and only on
+// 16-row (MT = 1) tiles; the rest of the plan is the default's; a pinned field keeps prefill portable.
+TEST(OpPlanAttention, RingCountersOnlyWhenAskedAndOnlyMt1) {
+  using cuda::attn::Tuning;
+  const Plan def = cuda::attn::make_plan(problem(64, 1, 8192), kH200, {}, kWithSm90);
+  EXPECT_EQ(def.ring_counters, 0);
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192), kH200, Tuning{.ring_counters = 0}).ring_counters, 0);
+  const Plan rc = cuda::attn::make_plan(problem(64, 1, 8192), kH200, Tuning{.ring_counters = 1}, kWithSm90);
+  EXPECT_EQ(rc.ring_counters, 1);
+  EXPECT_EQ(rc.kernel, def.kernel);
+  EXPECT_EQ(rc.mt, def.mt);
+  EXPECT_EQ(rc.stages, def.stages);
+  EXPECT_EQ(rc.num_splits, def.num_splits);
+  EXPECT_EQ(rc.ctas_per_sm, def.ctas_per_sm);
+  EXPECT_EQ(rc.smem, def.smem);
+  const Plan prefill = cuda::attn::make_plan(problem(4, 1024, 4096), kH200, Tuning{.ring_counters = 1}, kWithSm90);
+  EXPECT_EQ(prefill.kernel, Kernel::sm80);  // pinned: the portable kernel
+  EXPECT_EQ(prefill.mt, 4);
+  EXPECT_EQ(prefill.ring_counters, 0);  // 64-row tiles keep the modulo indexing
+  EXPECT_EQ(cuda::attn::make_plan(problem(4, 1024, 4096), kH200, Tuning{.mt = 1, .ring_counters = 1}).ring_counters, 1);
+  // The kernel's page products are 32-bit: a page of more than 4 GiB (16 slots x 2^28-element strides)
+  // keeps the modulo kernel.
+  Problem wide = problem(64, 1, 8192);
+  wide.kv_token_stride = int64_t(1) << 28;
+  EXPECT_EQ(cuda::attn::make_plan(wide, kH200, Tuning{.ring_counters = 1}).ring_counters, 0);
+  wide.kv_token_stride = int64_t(1) << 26;  // 2 GiB pages: still 32-bit
+  EXPECT_EQ(cuda::attn::make_plan(wide, kH200, Tuning{.ring_counters = 1}).ring_counters, 1);
+}
+
 TEST(OpPlanAttention, DeterministicSplitSizeTuningRoundsToTiles) {
   Problem p = problem(3, 1, 8192);
   p.deterministic = true;

@@ -303,6 +303,72 @@ TEST(GpuAttention, LanePagesAcrossPageSizes) {
       }
 }
 
+// Ring counters (Tuning::ring_counters: the key loop carries the K/V stage and page-id ring slots as
+// counters, the page-id prefetch shifts on power-of-two pages) at every pipeline depth 2..8 (the counters
+// wrap at `stages` and at 2 * stages; requests of fewer tiles than stages, of one and of no key), on pages
+// of 1, 5 (divisions), 16 (runs) and 64, with lane page ids, 3 CTAs per SM, forced splits, FP8 with
+// descale, softcap, a window and the deterministic mode. check_case compares with the oracle; the bits
+// must equal the modulo indexing's (the same loads, the same arithmetic).
+TEST(GpuAttention, RingCountersAcrossDepthsAndPages) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Case {
+    int stages, ps, d, hq, hkv, splits, ctas, lanes;
+    bool fp8, deterministic;
+    float softcap;
+    int window;
+  };
+  for (const Case k :
+       {Case{2, 16, 128, 32, 8, 0, 0, -1, false, false, 0.f, -1},
+        Case{3, 1, 128, 32, 8, 0, 0, 1, false, false, 0.f, -1}, Case{3, 5, 128, 16, 2, 3, 0, -1, false, false, 0.f, -1},
+        Case{4, 64, 64, 16, 4, 2, 0, -1, false, false, 30.f, -1},
+        Case{5, 16, 128, 32, 8, 0, 0, -1, true, false, 0.f, -1}, Case{8, 2, 64, 16, 4, 5, 0, 1, false, false, 0.f, 300},
+        Case{2, 16, 128, 32, 8, 3, 3, -1, false, false, 0.f, -1},
+        Case{2, 1, 128, 16, 16, 0, 3, 1, true, false, 0.f, -1},
+        Case{3, 16, 256, 16, 4, 0, 0, -1, false, false, 0.f, -1}, Case{3, 5, 128, 32, 8, 0, 0, 1, false, true, 0.f, -1},
+        Case{7, 8, 64, 8, 8, 0, 0, -1, false, true, 0.f, -1}}) {
+    SCOPED_TRACE("stages " + std::to_string(k.stages) + " page_size " + std::to_string(k.ps) + " d " +
+                 std::to_string(k.d) + " h " + std::to_string(k.hq) + "/" + std::to_string(k.hkv) + " splits " +
+                 std::to_string(k.splits) + " ctas " + std::to_string(k.ctas) + (k.lanes > 0 ? " lanes" : "") +
+                 (k.fp8 ? " fp8" : "") + (k.deterministic ? " deterministic" : ""));
+    AttnSpec s;
+    s.q_lens = {1, 4, 1, 1, 1};
+    s.k_lens = {1500, 700, 1, 0, 130};  // 24, 11, 1, 0 and 3 tiles
+    s.h_q = k.hq;
+    s.h_kv = k.hkv;
+    s.d = k.d;
+    s.page_size = k.ps;
+    s.fp8 = k.fp8;
+    s.descale = k.fp8;
+    s.softcap = k.softcap;
+    s.window_left = k.window;
+    s.deterministic = k.deterministic;
+    if (k.deterministic) s.tuning.split_keys = 512;
+    s.tuning.stages = k.ctas == 3 ? 0 : k.stages;  // three CTAs per SM take 2 stages
+    s.tuning.num_splits = k.splits;
+    s.tuning.ctas = k.ctas;
+    s.tuning.lane_pages = k.lanes;
+    s.tuning.mt = 1;  // the counters are the 16-row tile's; groups 8 and 16 with verify rows would pick 64
+    s.tuning.ring_counters = 1;
+    check_case(s, g);
+    AttnCase c(s, g);
+    const auto plan = cuda::attn::make_plan(
+        cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view, c.q_view,
+                                      TensorView{}, TensorView{}, TensorView{})),
+        cuda::attn::current_device_caps(), s.tuning);
+    EXPECT_EQ(plan.kernel, cuda::attn::Kernel::sm80);  // the path under test runs: portable kernel,
+    EXPECT_EQ(plan.mt, 1);                             // 16-row tiles,
+    EXPECT_EQ(plan.ring_counters, 1);                  // ring counters on,
+    EXPECT_EQ(plan.stages, k.ctas == 3 ? 2 : k.stages);
+    if (k.ctas == 3) EXPECT_EQ(plan.ctas_per_sm, 3);
+    cuda::attn::Tuning modulo = s.tuning;
+    modulo.ring_counters = 0;
+    const GpuResult a = run_on_gpu(c, modulo), b = run_on_gpu(c, s.tuning);
+    EXPECT_TRUE(same_bytes(a.out, b.out)) << "ring counters change the output bits";
+    EXPECT_TRUE(same_bytes(a.lse, b.lse)) << "ring counters change the lse bits";
+  }
+}
+
 // Three CTAs per SM (the 168-register MT = 1 kernel, 2 stages): decode, verify, GQA groups, page
 // sizes, FP8 with descale, windows, softcap, forced splits, empty and one-token requests; and the
 // bits equal the two-CTA kernel's (same arithmetic; only the pipeline depth and registers differ).

@@ -54,6 +54,7 @@ struct Plan {
   int page_shifts = 1;       // shift addressing for power-of-two pages
   int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
   int lane_pages = 0;        // sm80: where runs do not apply, one lane per key row looks up its page id
+  int ring_counters = 0;     // sm80, MT = 1: the lean key loop (Tuning::ring_counters; pages < 4 GiB)
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
@@ -84,6 +85,12 @@ struct Tuning {
   // default (on), 0 off (per-row page-id lookups), 1 on: one lane per key row looks up its page id once per
   // tile and the loading lanes take the slots by shuffle.
   int lane_pages = -1;
+  // Portable kernel's decode / verify tiles (MT = 1): -1 default (off), 0 off, 1 the key loop carries the
+  // K/V stage and page-id ring slots as counters (no `tile % stages`, `tile % ring`: runtime divisors),
+  // the page-id prefetch takes shifts on power-of-two pages, and page-run / lane-page addresses 32-bit
+  // page products (pages of < 4 GiB), and O's rescale is skipped in tiles that raise no row's max of the
+  // warp (every factor exactly 1); FP8's e4m3 widening unrolled. Same loads and arithmetic: same bits.
+  int ring_counters = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.

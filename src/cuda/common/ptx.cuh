@@ -41,6 +41,15 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
   }
 }
 
+// The same for the usual pipeline depths (n 1..3) by uniform compares: no jump table, whose index
+// load from constant memory and indirect branch sit on every tile's path; deeper ones take the switch.
+__device__ __forceinline__ void cp_async_wait_by_compare(int n) {
+  if (n == 2) cp_async_wait<2>();
+  else if (n == 1) cp_async_wait<1>();
+  else if (n == 3) cp_async_wait<3>();
+  else cp_async_wait_dyn(n);
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)

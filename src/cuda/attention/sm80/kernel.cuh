@@ -80,8 +80,17 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
 
 // MIN_CTAS: the CTAs per SM the register allocation must allow (__launch_bounds__); 3 caps MT = 1
 // at d <= 128 to 168 registers so three 2-stage CTAs (12 warps) share an SM (Plan::ctas_per_sm).
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
+// RC (Plan::ring_counters, MT = 1 only): the ring slots of the K/V stages and the page-id ring are
+// counters carried through the key loop instead of `tile % stages` / `tile % ring` (runtime divisors:
+// ~20 SASS instructions each, four per tile), and the page-id prefetch's page indices are shifts on
+// power-of-two pages instead of two integer divisions; the wait takes compares instead of a jump table;
+// and the page-run / lane-page addresses are 32 x 32 -> 64-bit products (a page's bytes fit 32 bits:
+// ring_counters_apply); O's rescale is skipped when no row of the warp raised its max (every factor
+// exactly 1); FP8's widening loop is unrolled. Same slots, same loads, same arithmetic: the bits equal
+// RC = false's (tested).
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC>
 __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(const Params p) {
+  static_assert(!RC || MT == 1, "ring counters: decode / verify tiles only");
   using Tr = Traits<T, D, DV, FP8, MT>;
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -148,29 +157,48 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   const int ring = 2 * p.stages;
   int* sPage = reinterpret_cast<int*>(sStat + 640);  // [ring][Tr::kTile]
   const int* pt = p.page_table + int64_t(r) * p.pt_st;
-  auto issue_pages = [&](int tile) {
+  // slot (RC): the ring entry of `tile`, tile % ring.
+  auto issue_pages = [&](int tile, int slot) {
     if (tile >= n_tiles) return;
     const int j0 = k_begin + tile * Tr::kTile;
-    const int p0 = j0 / p.page_size, p1 = (min(j0 + Tr::kTile, k_end) - 1) / p.page_size;
+    const bool shift = RC && p.page_shift >= 0;  // j0 >= 0: shifts equal the divisions
+    const int p0 = shift ? j0 >> p.page_shift : j0 / p.page_size,
+              p1 = shift ? (min(j0 + Tr::kTile, k_end) - 1) >> p.page_shift
+                         : (min(j0 + Tr::kTile, k_end) - 1) / p.page_size;
     if (tid <= p1 - p0) {
       const int pi = p0 + tid;
       const bool ok = pi < p.max_pages;
-      ptx::cp_async_4(ptx::smem_addr(sPage + (tile % ring) * Tr::kTile + tid), pt + (ok ? pi : 0), ok ? 4 : 0);
+      ptx::cp_async_4(ptx::smem_addr(sPage + (RC ? slot : tile % ring) * Tr::kTile + tid), pt + (ok ? pi : 0),
+                      ok ? 4 : 0);
     }
   };
 
   // ---- K/V tile loads: thread owns chunk `lch` of rows lrow0 + i * kLoadStep.
   const int lch = tid % Tr::kRawChunks, lrow0 = tid / Tr::kRawChunks;
+  // RC: a page's bytes (page_size * token stride) fit 32 bits (ring_counters_apply(), checked at launch;
+  // any real cache: 16 slots x 8 heads x 256 B = 32 KB), so a row's address is one 32 x 32 -> 64-bit
+  // multiply-add (IMAD.WIDE.U32) of the page id (runs) or slot (lane page ids) onto a 64-bit base instead
+  // of a signed 64-bit product and add; slots < 2^31 (can_implement): the same addresses.
+  constexpr bool narrow = RC;
+  const uint32_t k_stok32 = uint32_t(p.k_stok), v_stok32 = uint32_t(p.v_stok);
+  const uint32_t k_page32 = uint32_t(p.page_size) * k_stok32, v_page32 = uint32_t(p.page_size) * v_stok32;
+  // This thread's first row in a page, a 32-bit offset (lrow0 < kLoadStep slots: < a page's bytes).
+  const uint32_t k_lane32 = uint32_t(lrow0) * k_stok32, v_lane32 = uint32_t(lrow0) * v_stok32;
   // Whether this thread's chunk is part of a K / V row (compile-time true when no row is padded).
   const bool k_chunk = Tr::kKRawChunks == Tr::kRawChunks || lch < Tr::kKRawChunks;
   const bool v_chunk = Tr::kVRawChunks == Tr::kRawChunks || lch < Tr::kVRawChunks;
-  auto issue = [&](int tile) {
-    char* dK = sKV + (tile % p.stages) * 2 * Tr::kRawTileBytes;
+  // stage (RC): tile % stages; slot (RC): its page ids' ring entry, tile % ring.
+  auto issue = [&](int tile, int stage, int slot) {
+    if constexpr (!RC) {
+      stage = tile % p.stages;
+      slot = tile % ring;
+    }
+    char* dK = sKV + stage * 2 * Tr::kRawTileBytes;
     char* dV = dK + Tr::kRawTileBytes;
     const char* gK = p.k + int64_t(hk) * p.k_sh + lch * 16;
     const char* gV = p.v + int64_t(hk) * p.v_sh + lch * 16;
     const int j0 = k_begin + tile * Tr::kTile;
-    const int* pages = sPage + (tile % ring) * Tr::kTile;
+    const int* pages = sPage + slot * Tr::kTile;
     auto load_row = [&](int i, int j, int pi, int in_page, int p0) {
       const int row = lrow0 + i * Tr::kLoadStep;
       int slot = -1;
@@ -199,13 +227,27 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
         const int off0 = j0 & (p.page_size - 1);  // > 0 only when one page holds several tiles
         const int p0 = j0 >> sh;
         const int64_t k_step = int64_t(Tr::kLoadStep) * p.k_stok, v_step = int64_t(Tr::kLoadStep) * p.v_stok;
+        // narrow: this tile's offset in its page once (off0 < page_size), then per run one IMAD.WIDE.U32
+        // per tensor (the same addresses).
+        const char* k_base = gK + (k_lane32 + uint32_t(off0) * k_stok32);  // off0 + lrow0 < page_size
+        const char* v_base = gV + (v_lane32 + uint32_t(off0) * v_stok32);
 #pragma unroll
         for (int g = 0; g < Tr::kRowsPerThread / RUN; ++g) {
           const int page = pages[g];  // tile-aligned j0: run g lies in page p0 + g (p0 alone if RUN is all rows)
-          const bool page_ok = p0 + g < p.max_pages && page >= 0 && page < p.num_pages;
-          const int64_t slot0 = int64_t(page_ok ? page : 0) * p.page_size + off0 + lrow0;
-          const char* k_row = gK + slot0 * p.k_stok;
-          const char* v_row = gV + slot0 * p.v_stok;
+          const char* k_row;
+          const char* v_row;
+          bool page_ok;
+          if (narrow) {
+            page_ok = p0 + g < p.max_pages && uint32_t(page) < uint32_t(p.num_pages);  // 0 <= page < num_pages
+            const uint32_t pg = page_ok ? uint32_t(page) : 0u;
+            k_row = k_base + uint64_t(pg) * k_page32;
+            v_row = v_base + uint64_t(pg) * v_page32;
+          } else {
+            page_ok = p0 + g < p.max_pages && page >= 0 && page < p.num_pages;
+            const int64_t slot0 = int64_t(page_ok ? page : 0) * p.page_size + off0 + lrow0;
+            k_row = gK + slot0 * p.k_stok;
+            v_row = gV + slot0 * p.v_stok;
+          }
 #pragma unroll
           for (int r = 0; r < RUN; ++r) {
             const int i = g * RUN + r, row = lrow0 + i * Tr::kLoadStep;
@@ -244,8 +286,13 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
         const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
         const int bytes = row_slot >= 0 ? 16 : 0;
         const uint64_t s = uint32_t(max(row_slot, 0));  // zero-extended: no sign word in the products
-        if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + int64_t(s) * p.k_stok, bytes);
-        if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + int64_t(s) * p.v_stok, bytes);
+        if (narrow) {                                   // one IMAD.WIDE.U32 per row and tensor
+          if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * k_stok32, bytes);
+          if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * v_stok32, bytes);
+        } else {
+          if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + int64_t(s) * p.k_stok, bytes);
+          if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + int64_t(s) * p.v_stok, bytes);
+        }
       }
     } else if (sh >= 0) {
       const int p0 = j0 >> sh, mask = (1 << sh) - 1;
@@ -301,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
 
   // ---- pipeline prologue: group 0 = Q + page ids of the first `stages` tiles (waited for here);
   // then each group = one K/V tile + the page ids of the tile `stages` further on.
-  for (int s = 0; s < p.stages; ++s) issue_pages(s);
+  for (int s = 0; s < p.stages; ++s) issue_pages(s, s);  // s < ring
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   __syncthreads();
@@ -313,27 +360,58 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
                        qf[kk][2], qf[kk][3]);
   }
   for (int s = 0; s < p.stages - 1; ++s) {
-    if (s < n_tiles) issue(s);
-    issue_pages(s + p.stages);
+    if (s < n_tiles) issue(s, s, s);  // s < stages <= ring
+    issue_pages(s + p.stages, s + p.stages);
     ptx::cp_async_commit();
   }
 
+  // RC's counters at tile t: cs = t % stages (the stage read), is = (t + stages - 1) % stages (the
+  // stage refilled), rs = (t + stages - 1) % ring (its page ids' slot; the prefetch of tile
+  // t + 2 * stages - 1 takes the other half of the ring, rs +- stages).
+  int cs = 0, is = p.stages - 1, rs = p.stages - 1;
   for (int t = 0; t < n_tiles; ++t) {
     {
       const int nt = t + p.stages - 1;
-      if (nt < n_tiles) issue(nt);
-      issue_pages(nt + p.stages);
+      if (nt < n_tiles) issue(nt, is, rs);
+      issue_pages(nt + p.stages, rs < p.stages ? rs + p.stages : rs - p.stages);
       ptx::cp_async_commit();
     }
-    ptx::cp_async_wait_dyn(p.stages - 1);
+    if constexpr (RC) ptx::cp_async_wait_by_compare(p.stages - 1);
+    else ptx::cp_async_wait_dyn(p.stages - 1);
     __syncthreads();
 
-    const char* tK = sKV + (t % p.stages) * 2 * Tr::kRawTileBytes;
+    const char* tK = sKV + (RC ? cs : t % p.stages) * 2 * Tr::kRawTileBytes;
     const char* tV = tK + Tr::kRawTileBytes;
     if constexpr (FP8) {  // widen e4m3 -> T into the swizzled conversion tiles
       char* cK = sConv;
       char* cV = sConv + Tr::kTile * Tr::kRowBytes;
-      for (int idx = tid; idx < 2 * Tr::kTile * Tr::kRawChunks; idx += kThreads) {
+      if constexpr (RC) {
+        // One 16-byte chunk (row, c) of tensor `which`: 16 e4m3 -> 16 T (exact), two swizzled 16-byte stores.
+        auto widen_chunk = [&](int which, int row, int c) {
+          const uint4 raw = *reinterpret_cast<const uint4*>((which ? tV : tK) + row * Tr::kRawRowBytes + c * 16);
+          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+          uint32_t o8[8];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            o8[2 * i] = widen_fp8x2<T>(uint16_t(w[i] & 0xffffu));
+            o8[2 * i + 1] = widen_fp8x2<T>(uint16_t(w[i] >> 16));
+          }
+          char* dst = which ? cV : cK;
+          *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c)) = make_uint4(o8[0], o8[1], o8[2], o8[3]);
+          *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c + 1)) = make_uint4(o8[4], o8[5], o8[6], o8[7]);
+        };
+        // The default loop's chunks per thread (idx = tid + i * kThreads), unrolled: c = tid % kRawChunks and
+        // the rows step by kThreads / kRawChunks (a multiple of 8: the swizzle's XOR term is the thread's), so
+        // the source and swizzled destination offsets are immediates off one base (~25 fewer instructions a
+        // chunk, 8 chunks a tile at d 128).
+        constexpr int kRowStep = kThreads / Tr::kRawChunks, kPerTensor = Tr::kTile / kRowStep;
+        static_assert(kRowStep % 8 == 0 && Tr::kTile % kRowStep == 0, "widening: whole passes, thread-constant XOR");
+#pragma unroll
+        for (int which = 0; which < 2; ++which)
+#pragma unroll
+          for (int k = 0; k < kPerTensor; ++k) widen_chunk(which, lrow0 + k * kRowStep, lch);
+      }
+      for (int idx = tid; !RC && idx < 2 * Tr::kTile * Tr::kRawChunks; idx += kThreads) {  // RC: unrolled above
         const int which = idx / (Tr::kTile * Tr::kRawChunks);
         const int rem = idx - which * (Tr::kTile * Tr::kRawChunks);
         const int row = rem / Tr::kRawChunks, c = rem % Tr::kRawChunks;
@@ -422,12 +500,17 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     }
     l0 = l0 * al0 + ps0;
     l1 = l1 * al1 + ps1;
+    // RC: no row of the warp raised its max, so every factor is exactly 1 (exp2f(0)) and the rescale
+    // would leave O's bits as they are: skip its DV / 2 multiplies (a warp-uniform branch; after the
+    // first tiles most tiles raise no max).
+    if (!RC || __any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < Tr::DW / 8; ++i) {
-      o[i][0] *= al0;
-      o[i][1] *= al0;
-      o[i][2] *= al1;
-      o[i][3] *= al1;
+      for (int i = 0; i < Tr::DW / 8; ++i) {
+        o[i][0] *= al0;
+        o[i][1] *= al0;
+        o[i][2] *= al1;
+        o[i][3] *= al1;
+      }
     }
 
     // O += P V
@@ -449,6 +532,11 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       }
     }
     __syncthreads();  // this stage is refilled by the next iteration's issue
+    if constexpr (RC) {
+      is = cs;
+      cs = cs + 1 == p.stages ? 0 : cs + 1;
+      rs = rs + 1 == ring ? 0 : rs + 1;
+    }
   }
 
   // ---- epilogue: combine the key slices of each m-tile, normalize, write out (or the split part).
@@ -541,9 +629,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   }
 }
 
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS>
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC>
 void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS>;
+  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS, RC>;
   static bool configured = [&] {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -557,12 +645,26 @@ void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream
   kernel<<<grid, kThreads, c.smem, stream>>>(p);
 }
 
+template <typename T, int D, int DV, bool FP8, int MT, bool RC>
+void launch_rc(const Params& p, const Config& c, int batch, cudaStream_t stream) {
+  if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
+    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3, RC>(p, c, batch, stream);
+  }
+  launch_occ<T, D, DV, FP8, MT, 1, RC>(p, c, batch, stream);
+}
+
+// The ring-counter kernel's 32-bit page products: a page's bytes fit 32 bits (the plan checks the same).
+inline bool ring_counters_apply(const Params& p) {
+  const auto fits = [&](int64_t stok) { return stok >= 0 && int64_t(p.page_size) * stok <= int64_t(0xffffffffu); };
+  return fits(p.k_stok) && fits(p.v_stok);
+}
+
 template <typename T, int D, int DV, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
-    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3>(p, c, batch, stream);
+  if constexpr (MT == 1) {
+    if (c.ring_counters && ring_counters_apply(p)) return launch_rc<T, D, DV, FP8, MT, true>(p, c, batch, stream);
   }
-  launch_occ<T, D, DV, FP8, MT, 1>(p, c, batch, stream);
+  launch_rc<T, D, DV, FP8, MT, false>(p, c, batch, stream);
 }
 
 }  // namespace attnserve::cuda::attn
