@@ -932,9 +932,10 @@ int main(int argc, char** argv) try {
     // / "v+1M": V read 32 KB / 1 MB further into its allocation (tests whether the K/V distance, not the
     // pages, makes an allocation read slowly: the pool4x case, slow in 610e825 with near pages too).
     {
-      const Tuning rc{.ring_counters = 1}, lane_rc{.lane_pages = 1, .ring_counters = 1},
+      // (Lane page ids are the default since session 7: below page runs "per-row-pages" rows take the old path.)
+      const Tuning rc{.ring_counters = 1}, rows_rc{.lane_pages = 0, .ring_counters = 1},
           c3_rc{.num_splits = 3, .ctas = 3, .ring_counters = 1};
-      const Variant ring{"ring", rc}, lanes_ring{"lane-pages ring", lane_rc}, c3_ring{"ctas3 splits3 ring", c3_rc};
+      const Variant ring{"ring", rc}, rows_ring{"per-row-pages ring", rows_rc}, c3_ring{"ctas3 splits3 ring", c3_rc};
       Variant def_b2b{"default b2b10"}, ring_b2b{"ring b2b10", rc};
       def_b2b.b2b = ring_b2b.b2b = 10;
       auto shifted = [&](const char* label, size_t bytes, bool gather) {
@@ -956,10 +957,10 @@ int main(int argc, char** argv) try {
       // The same-process FA3 comparison's layout at page 1 and 64: the batch's pages sampled from a 16x pool.
       bench_variants("same ring b64x8K hq32 hkv8 page64 pool16x", 64, 32, 8, 128, 64, 1, 8192, 16, {def, ring, gat});
       bench_variants("same ring b64x8K hq32 hkv8 page1 pool16x", 64, 32, 8, 128, 1, 1, 8192, 16,
-                     {def, lanes, lanes_ring, gat});
+                     {def, ring, rows_v, rows_ring, gat});
       bench_variants("same ring b64x8K hq32 hkv8 page1", 64, 32, 8, 128, 1, 1, 8192, 1,
-                     {def, ring, lanes, lanes_ring, gat});
-      bench_variants("same ring b64x8K hq32 hkv8 page8", 64, 32, 8, 128, 8, 1, 8192, 1, {def, ring, lanes, lanes_ring});
+                     {def, ring, rows_v, rows_ring, gat});
+      bench_variants("same ring b64x8K hq32 hkv8 page8", 64, 32, 8, 128, 8, 1, 8192, 1, {def, ring, rows_v, rows_ring});
       bench_variants("same ring b64x8K hq32 hkv8 page16 ctas3", 64, 32, 8, 128, 16, 1, 8192, 1, {c3, c3_ring});
       bench_variants("same ring b64x1K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 1024, 1,
                      {def, ring, def_b2b, ring_b2b});
@@ -968,17 +969,17 @@ int main(int argc, char** argv) try {
       bench_variants("same ring b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
                      {def, ring, def_b2b, ring_b2b});
       bench_variants("same ring b128x4K hq16 hkv2 page1", 128, 16, 2, 128, 1, 1, 4096, 1,
-                     {def, ring, lanes, lanes_ring});
+                     {def, ring, rows_v, rows_ring});
       bench_variants("same ring verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, ring});
       bench_variants("same ring b64x8K hq32 hkv8 page16 deterministic", 64, 32, 8, 128, 16, 1, 8192, 1,
                      {det, Variant{"deterministic ring", rc, true}});
       // FP8 rows are 128 bytes at d 128: 16 rows per load step, so page 16 takes the per-row path (runs
       // need pages of 32), and lane page ids apply there.
       bench_variants("same ring fp8 b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1,
-                     {def, ring, lanes, lanes_ring}, 2, true);
+                     {def, ring, rows_v, rows_ring}, 2, true);
       bench_variants("same ring fp8 b64x8K hq32 hkv8 page64", 64, 32, 8, 128, 64, 1, 8192, 1, {def, ring}, 2, true);
       bench_variants("same ring fp8 b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
-                     {def, ring, lanes, lanes_ring}, 2, true);
+                     {def, ring, rows_v, rows_ring}, 2, true);
     }
     // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
     bench_variants("same b4x32K hq32 hkv8 page16", 4, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});
