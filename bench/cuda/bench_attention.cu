@@ -356,9 +356,9 @@ void bench_decode(const std::string& name, int b, int h_q, int h_kv, int d, int 
   char note[160];
   std::snprintf(note, sizeof note, "[splits %d stages %d mt %d ctas/SM %d%s]", cfg.num_splits, cfg.stages, cfg.mt,
                 cfg.ctas_per_sm,
-                cfg.page_runs && ps >= 16 ? " page-runs"
+                cfg.page_runs && ps >= 16       ? " page-runs"
                 : cfg.lane_pages && cfg.mt == 1 ? " lane-pages"
-                                          : "");
+                                                : "");
   report_bw(name, us, kv_bytes, note);
   if (o.gather && d == 128 && !o.fp8 && (ps & (ps - 1)) == 0) {
     int shift = 0;
@@ -450,9 +450,9 @@ void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, in
         char buf[160];
         std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s%s]",
                       cuda::attn::kernel_name(cfg.kernel), cfg.num_splits, cfg.stages, cfg.mt, cfg.ctas_per_sm,
-                      cfg.page_runs && ps >= runs_from     ? " page-runs"
-                      : cfg.lane_pages && cfg.mt == 1 ? " lane-pages"
-                                                           : "",
+                      cfg.page_runs && ps >= runs_from ? " page-runs"
+                      : cfg.lane_pages && cfg.mt == 1  ? " lane-pages"
+                                                       : "",
                       cfg.ring_counters ? " ring" : "");
         note = buf;
         if (v.b2b > 0) {  // the host's side of one call: a burst enqueued onto a busy GPU, host clock per call
@@ -924,19 +924,20 @@ int main(int argc, char** argv) try {
       bench_variants("same lanes b128x4K hq16 hkv2" + page, 128, 16, 2, 128, ps, 1, 4096, 1,
                      {rows_v, def, rows_c3s1, c3s1, gat});
     }
-    // Ring counters (Tuning::ring_counters, session 7, not the default): the key loop's stage and page-id
-    // ring slots as counters, the page-id prefetch by shifts (~150 fewer instructions per thread per tile,
-    // bench/NOTES.md "Session 7: decode"), against the default on the same buffers; with lane page ids
-    // where page runs do not apply; "b2b": bursts of 10 calls between one pair of events (per call), which
+    // Ring counters (Tuning::ring_counters, the default since session 7: the key loop's stage and page-id
+    // ring slots as counters, the page-id prefetch by shifts, ~150 fewer instructions per thread per tile,
+    // bench/NOTES.md "Session 7: decode") against "modulo" rows (ring_counters 0) on the same buffers; with lane page
+    // ids where page runs do not apply; "b2b": bursts of 10 calls between one pair of events (per call), which
     // separates the per-call constant (~18 us in 610e825's context sweep) from the streaming rate; "v+32K"
     // / "v+1M": V read 32 KB / 1 MB further into its allocation (tests whether the K/V distance, not the
     // pages, makes an allocation read slowly: the pool4x case, slow in 610e825 with near pages too).
     {
       // (Lane page ids are the default since session 7: below page runs "per-row-pages" rows take the old path.)
-      const Tuning rc{.ring_counters = 1}, rows_rc{.lane_pages = 0, .ring_counters = 1},
-          c3_rc{.num_splits = 3, .ctas = 3, .ring_counters = 1};
-      const Variant ring{"ring", rc}, rows_ring{"per-row-pages ring", rows_rc}, c3_ring{"ctas3 splits3 ring", c3_rc};
-      Variant def_b2b{"default b2b10"}, ring_b2b{"ring b2b10", rc};
+      const Tuning rc{.ring_counters = 0}, rows_rc{.lane_pages = 0, .ring_counters = 0},
+          c3_rc{.num_splits = 3, .ctas = 3, .ring_counters = 0};
+      const Variant ring{"modulo", rc}, rows_ring{"per-row-pages modulo", rows_rc},
+          c3_ring{"ctas3 splits3 modulo", c3_rc};
+      Variant def_b2b{"default b2b10"}, ring_b2b{"modulo b2b10", rc};
       def_b2b.b2b = ring_b2b.b2b = 10;
       auto shifted = [&](const char* label, size_t bytes, bool gather) {
         Variant v{label, {}, false, false, gather};
@@ -972,7 +973,7 @@ int main(int argc, char** argv) try {
                      {def, ring, rows_v, rows_ring});
       bench_variants("same ring verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, ring});
       bench_variants("same ring b64x8K hq32 hkv8 page16 deterministic", 64, 32, 8, 128, 16, 1, 8192, 1,
-                     {det, Variant{"deterministic ring", rc, true}});
+                     {det, Variant{"deterministic modulo", rc, true}});
       // FP8 rows are 128 bytes at d 128: 16 rows per load step, so page 16 takes the per-row path (runs
       // need pages of 32), and lane page ids apply there.
       bench_variants("same ring fp8 b64x8K hq32 hkv8 page16", 64, 32, 8, 128, 16, 1, 8192, 1,

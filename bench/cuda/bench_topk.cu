@@ -4,10 +4,10 @@
 // tag run the plan's choice; " [global]" forces the multi-pass kernel, " [N threads]" the CTA size,
 // " [cluster N]" N CTAs per row (1: none), " [direct emit]" the sampled kernel's unstaged output stores,
 // " [mask emit]" / " [recount emit]" its emit forced to keep the count pass's masks (topk_op::Emit::kept_masks,
-// the default) or to recount, for A/Bs in one process. " [s7 A/B: <variant>]": session 7's opt-in variants
+// session 6's) or to recount, for A/Bs in one process. " [s7 A/B: <variant>]": session 7's variants
 // (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch; " [s7 A/B: lean emit]": Emit::kept_masks_lean;
 // " [s7 A/B: lean select]": Tuning::lean_select; " [s7 A/B: offset digit]": Tuning::offset_digit; " [s7 A/B:
-// all four]") beside " [s7 A/B: default]", the plan's choice.
+// all four]", the plan's default since 26d4201) beside " [s7 A/B: none]" (all four forced off).
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -133,10 +133,14 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_cluster(cluster);
   cuda::set_topk_direct_emit(direct);
   cuda::set_topk_emit(emit);
-  cuda::set_topk_l2_prefetch(s7 && s7->l2_prefetch);
-  if (s7 && s7->lean_emit) cuda::set_topk_emit(cuda::TopkEmit::kept_masks_lean);
-  cuda::set_topk_lean_select(s7 && s7->lean_select);
-  cuda::set_topk_offset_digit(s7 && s7->offset_digit);
+  // A session-7 variant forces each of its four parts on or off (the plan's default has all four on).
+  if (s7) {
+    const cuda::TopkEmit plain = emit == cuda::TopkEmit::automatic ? cuda::TopkEmit::kept_masks : emit;
+    cuda::set_topk_emit(s7->lean_emit ? cuda::TopkEmit::kept_masks_lean : plain);
+  }
+  cuda::set_topk_l2_prefetch(s7 ? int(s7->l2_prefetch) : -1);
+  cuda::set_topk_lean_select(s7 ? int(s7->lean_select) : -1);
+  cuda::set_topk_offset_digit(s7 ? int(s7->offset_digit) : -1);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -172,15 +176,15 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_cluster(0);
   cuda::set_topk_direct_emit(false);
   cuda::set_topk_emit(cuda::TopkEmit::automatic);
-  cuda::set_topk_l2_prefetch(false);
-  cuda::set_topk_lean_select(false);
-  cuda::set_topk_offset_digit(false);
+  cuda::set_topk_l2_prefetch(-1);
+  cuda::set_topk_lean_select(-1);
+  cuda::set_topk_offset_digit(-1);
 }
 
-// Session 7's opt-in variants (topk_op::Tuning) against the default, adjacent rows per shape, two rounds
-// ("s7 A/B" selects them all).
+// Session 7's variants (topk_op::Tuning) against "none" (all four forced off: session 6's kept-masks path),
+// adjacent rows per shape, two rounds ("s7 A/B" selects them all). "all four" is the plan's default since 26d4201.
 void bench_s7_variants() {
-  static const S7Variant kDefault{"default", false, false, false, false},
+  static const S7Variant kDefault{"none", false, false, false, false},
       kPrefetch{"l2 prefetch", true, false, false, false}, kLeanEmit{"lean emit", false, true, false, false},
       kLeanSelect{"lean select", false, false, true, false}, kOffset{"offset digit", false, false, false, true},
       kLean{"lean emit + lean select", false, true, true, false}, kAll{"all four", true, true, true, true};

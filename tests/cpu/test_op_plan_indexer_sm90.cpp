@@ -107,16 +107,18 @@ TEST(OpPlanIndexerSm90, RaggedGroupsOfFourRows) {
 
 // The ws kernel's mode: the default, or the forced one, where it has modes: the overlap bits (ping-pong, split)
 // ragged and paged next_n 2 and 4 with 16-byte keys, the batched epilogue's bit every form of the ws kernel;
-// the other bits dropped. Both defaults have the batched epilogue (ragged with the split commit groups).
+// the other bits dropped. Both defaults have the batched epilogue (ragged with the split commit groups, paged
+// the four math warpgroups where they exist).
 TEST(OpPlanIndexerSm90, WsModeOnlyWhereTheKernelHasIt) {
   using cuda::indexer90::kWsBatched;
   const Problem ragged{.rows = 9, .heads = 64, .num_cols = 1000};
   EXPECT_EQ(make_plan(ragged, kH200, Tuning{.sm90_ws = 1}, kSm90a).ws_mode, cuda::indexer90::kWsRaggedDefaultMode);
   EXPECT_EQ(make_plan(ragged, kH200, {}, kSm90a).ws_mode, cuda::indexer90::kWsRaggedDefaultMode);
   EXPECT_EQ(cuda::indexer90::kWsRaggedDefaultMode, kWsBatched | cuda::indexer90::kWsSplit);
-  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode, kWsBatched);
+  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode, cuda::indexer90::kWsQuadMode);
   for (int next_n = 1; next_n <= 4; ++next_n) {
-    EXPECT_EQ(make_plan(paged(next_n), kH200, {}, kSm90a).ws_mode, kWsBatched);
+    const bool quad = next_n == 2 || next_n == 4;  // instantiated there (16-byte keys)
+    EXPECT_EQ(make_plan(paged(next_n), kH200, {}, kSm90a).ws_mode, quad ? cuda::indexer90::kWsQuadMode : kWsBatched);
     EXPECT_EQ(make_plan(paged(next_n, 5), kH200, {}, kSm90a).ws_mode, kWsBatched);  // the bit every form has
   }
   EXPECT_EQ(cuda::indexer90::kWsModes, 8);
@@ -138,7 +140,8 @@ TEST(OpPlanIndexerSm90, WsModeOnlyWhereTheKernelHasIt) {
 
 // The four-math-warpgroup kernel (opt-in bit kWsQuad): forced, it runs as kWsQuadMode (batched, no ping-pong or
 // split) where it is instantiated (ragged, paged next_n 2 and 4 with 16-byte keys); elsewhere the bit is dropped
-// and the other bits are kept as for any mode. Never a default. Its twin (the same bits) per group size.
+// and the other bits are kept as for any mode. The paged default, not the ragged one. Its twin (the same bits)
+// per group size.
 TEST(OpPlanIndexerSm90, QuadModeOnlyWhereInstantiated) {
   using cuda::indexer90::kWsBatched;
   using cuda::indexer90::kWsQuad;
@@ -146,7 +149,7 @@ TEST(OpPlanIndexerSm90, QuadModeOnlyWhereInstantiated) {
   const Problem ragged{.rows = 9, .heads = 64, .num_cols = 1000};
   EXPECT_EQ(kWsQuadMode, kWsQuad | kWsBatched);
   EXPECT_EQ(cuda::indexer90::kWsRaggedDefaultMode & kWsQuad, 0);
-  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode & kWsQuad, 0);
+  EXPECT_EQ(cuda::indexer90::kWsPagedDefaultMode, kWsQuadMode);
   for (int mode = kWsQuad; mode < 2 * kWsQuad; ++mode) {
     const Tuning t{.sm90_ws = 1, .ws_mode = mode};
     EXPECT_EQ(make_plan(ragged, kH200, t, kSm90a).ws_mode, kWsQuadMode);

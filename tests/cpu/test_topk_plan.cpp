@@ -112,12 +112,12 @@ TEST(TopkPlan, ClustersForLoneLongRowsOnHopper) {
   EXPECT_EQ(workspace_size(make_plan({.rows = 1, .width = 65536, .k = 2048}, kH200)), 0u);
 }
 
-// The kept-masks emit is not the default until measured (bench/NOTES.md, session 6): only a forced one.
-TEST(TopkPlan, EmitIsTheRecountUnlessForced) {
+// The sampled kernel's emit: the lean kept masks unless forced (recount, kept_masks); the global kernel recounts.
+TEST(TopkPlan, EmitIsTheLeanKeptMasksUnlessForced) {
   for (const DeviceCaps& caps : {kH200, kA100, kSmall})
     for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
       const auto plan = make_plan(prob, caps);
-      EXPECT_EQ(plan.emit, plan.select == Select::sampled ? Emit::kept_masks : Emit::recount)
+      EXPECT_EQ(plan.emit, plan.select == Select::sampled ? Emit::kept_masks_lean : Emit::recount)
           << caps.arch << " width " << prob.width;
       EXPECT_EQ(make_plan(prob, caps, {.emit = Emit::recount}).emit, Emit::recount);
       const auto forced = make_plan(prob, caps, {.emit = Emit::kept_masks});
@@ -133,12 +133,12 @@ TEST(TopkPlan, EmitIsTheRecountUnlessForced) {
   EXPECT_STREQ(emit_name(Emit::kept_masks), "kept_masks");
 }
 
-// Session 7's lean kept-masks emit: only when forced, and the global kernel keeps the recount.
-TEST(TopkPlan, LeanEmitOnlyWhenForced) {
+// Session 7's lean kept-masks emit: the sampled kernel's default, forced or not; the global kernel recounts.
+TEST(TopkPlan, LeanEmitOnTheSampledKernel) {
   for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
     for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
       const auto plan = make_plan(prob, caps);
-      EXPECT_NE(plan.emit, Emit::kept_masks_lean);
+      EXPECT_EQ(plan.emit, plan.select == Select::sampled ? Emit::kept_masks_lean : Emit::recount);
       const auto forced = make_plan(prob, caps, {.emit = Emit::kept_masks_lean});
       EXPECT_EQ(forced.emit, forced.select == Select::sampled ? Emit::kept_masks_lean : Emit::recount)
           << caps.arch << " width " << prob.width;
@@ -149,13 +149,14 @@ TEST(TopkPlan, LeanEmitOnlyWhenForced) {
   EXPECT_STREQ(emit_name(Emit::kept_masks_lean), "kept_masks_lean");
 }
 
-// Session 7's L2 prefetch of the sampled kernel's long rows: off unless forced (unmeasured), and never on the
-// global kernel; forcing it changes nothing else of the plan.
-TEST(TopkPlan, L2PrefetchOnlyWhenForced) {
+// Session 7's L2 prefetch of the sampled kernel's long rows: on unless forced off (measured: plan.cpp), never on
+// the global kernel; forcing it changes nothing else of the plan.
+TEST(TopkPlan, L2PrefetchOnUnlessForcedOff) {
   for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
     for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
       const auto plan = make_plan(prob, caps);
-      EXPECT_FALSE(plan.l2_prefetch) << caps.arch << " width " << prob.width;
+      EXPECT_EQ(plan.l2_prefetch, plan.select == Select::sampled) << caps.arch << " width " << prob.width;
+      EXPECT_FALSE(make_plan(prob, caps, {.l2_prefetch = 0}).l2_prefetch);
       const auto forced = make_plan(prob, caps, {.l2_prefetch = true});
       EXPECT_EQ(forced.l2_prefetch, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
       EXPECT_EQ(forced.select, plan.select);
@@ -167,37 +168,39 @@ TEST(TopkPlan, L2PrefetchOnlyWhenForced) {
   EXPECT_FALSE(make_plan(kLong, kH200, {.select = Select::global, .l2_prefetch = true}).l2_prefetch);
 }
 
-// Session 7's lean select (the sampled kernel's key-digit histograms): off unless forced, never on the global
+// Session 7's lean select (the sampled kernel's key-digit histograms): on unless forced off, never on the global
 // kernel, nothing else of the plan changed.
-TEST(TopkPlan, LeanSelectOnlyWhenForced) {
+TEST(TopkPlan, LeanSelectOnUnlessForcedOff) {
   for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
     for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
       const auto plan = make_plan(prob, caps);
-      EXPECT_FALSE(plan.lean_select);
+      EXPECT_EQ(plan.lean_select, plan.select == Select::sampled);
+      EXPECT_FALSE(make_plan(prob, caps, {.lean_select = 0}).lean_select);
       const auto forced = make_plan(prob, caps, {.lean_select = true});
       EXPECT_EQ(forced.lean_select, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
       EXPECT_EQ(forced.select, plan.select);
       EXPECT_EQ(forced.threads, plan.threads);
       EXPECT_EQ(forced.cluster, plan.cluster);
       EXPECT_EQ(forced.emit, plan.emit);
-      EXPECT_FALSE(forced.l2_prefetch);
+      EXPECT_EQ(forced.l2_prefetch, plan.l2_prefetch);
     }
 }
 
-// Session 7's offset digit (the sampled regime's candidates ranked first relative to the threshold): off unless
-// forced, never on the global kernel, nothing else of the plan changed.
-TEST(TopkPlan, OffsetDigitOnlyWhenForced) {
+// Session 7's offset digit (the sampled regime's candidates ranked first relative to the threshold): on unless
+// forced off, never on the global kernel, nothing else of the plan changed.
+TEST(TopkPlan, OffsetDigitOnUnlessForcedOff) {
   for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
     for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
       const auto plan = make_plan(prob, caps);
-      EXPECT_FALSE(plan.offset_digit);
+      EXPECT_EQ(plan.offset_digit, plan.select == Select::sampled);
+      EXPECT_FALSE(make_plan(prob, caps, {.offset_digit = 0}).offset_digit);
       const auto forced = make_plan(prob, caps, {.offset_digit = true});
       EXPECT_EQ(forced.offset_digit, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
       EXPECT_EQ(forced.select, plan.select);
       EXPECT_EQ(forced.threads, plan.threads);
       EXPECT_EQ(forced.cluster, plan.cluster);
       EXPECT_EQ(forced.emit, plan.emit);
-      EXPECT_FALSE(forced.lean_select);
+      EXPECT_EQ(forced.lean_select, plan.lean_select);
     }
 }
 

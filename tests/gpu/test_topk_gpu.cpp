@@ -93,9 +93,9 @@ void for_each_path(const std::function<void()>& fn) {
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
     cuda::set_topk_emit(cuda::TopkEmit::automatic);
-    cuda::set_topk_l2_prefetch(false);
-    cuda::set_topk_lean_select(false);
-    cuda::set_topk_offset_digit(false);
+    cuda::set_topk_l2_prefetch(-1);
+    cuda::set_topk_lean_select(-1);
+    cuda::set_topk_offset_digit(-1);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }

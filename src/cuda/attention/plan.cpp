@@ -168,10 +168,12 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // Lane page ids on unless turned off (0a0271b, H200, b64 x 8K page 1 / 8: 498 / 499 us against the per-row
   // path's 584 / 587; h 16/2 b128 x 4K page 1: 137 against 157; same bits).
   c.lane_pages = tune.lane_pages == 0 ? 0 : 1;
-  // Ring counters (not measured yet: off unless asked for): 16-row tiles, and a page's bytes within 32 bits
-  // (the kernel's page products; the launcher checks the strides of the views again).
+  // Ring counters on unless turned off (26d4201, H200, same buffers: b64 x 8K page 16 500.2-502.8 us against
+  // 509.1-542.7, FP8 page 16 515-517 against 644-650, b256 x 2K 506-509 against 519-521, no shape slower; same
+  // bits): 16-row tiles, and a page's bytes within 32 bits (the kernel's page products; the launcher checks the
+  // strides of the views again).
   const int64_t page_bytes = p.page_size * p.kv_token_stride * (fp8 ? 1 : 2);
-  c.ring_counters = tune.ring_counters == 1 && c.mt == 1 && page_bytes <= int64_t(0xffffffffu) ? 1 : 0;
+  c.ring_counters = tune.ring_counters != 0 && c.mt == 1 && page_bytes <= int64_t(0xffffffffu) ? 1 : 0;
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).

@@ -85,7 +85,7 @@ struct Tuning {
   // default (on), 0 off (per-row page-id lookups), 1 on: one lane per key row looks up its page id once per
   // tile and the loading lanes take the slots by shuffle.
   int lane_pages = -1;
-  // Portable kernel's decode / verify tiles (MT = 1): -1 default (off), 0 off, 1 the key loop carries the
+  // Portable kernel's decode / verify tiles (MT = 1): -1 default (on), 0 off, 1 on: the key loop carries the
   // K/V stage and page-id ring slots as counters (no `tile % stages`, `tile % ring`: runtime divisors),
   // the page-id prefetch takes shifts on power-of-two pages, and page-run / lane-page addresses 32-bit
   // page products (pages of < 4 GiB), and O's rescale is skipped in tiles that raise no row's max of the

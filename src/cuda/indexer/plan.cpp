@@ -96,7 +96,7 @@ Plan shape(const Problem& p, int sm90, const DeviceCaps& caps, const Tuning& tun
     c.num_groups = p.paged ? p.rows / p.next_n : ceil_div64(p.rows, indexer90::kWsRaggedRows);
     size_ws_columns(c, caps, tune);
     // The overlap bits (ping-pong, split) where the launcher instantiates them; the batched epilogue everywhere;
-    // four math warpgroups (opt-in) where instantiated, as kWsQuadMode only (the other bits dropped).
+    // four math warpgroups (the paged default) where instantiated, as kWsQuadMode only (the other bits dropped).
     const bool overlap = !p.paged || ((p.next_n == 2 || p.next_n == 4) && p.page_size % 4 == 0);
     const int available = overlap ? indexer90::kWsModes - 1 : indexer90::kWsBatched;
     const int default_mode = p.paged ? indexer90::kWsPagedDefaultMode : indexer90::kWsRaggedDefaultMode;

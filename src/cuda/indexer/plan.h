@@ -69,7 +69,7 @@ struct Targets {
 // ring on small problems; the bench: spans against the plan's).
 // ws_mode >= 0 forces the ws kernel's overlap mode, its bits where the form has them (-1: the default,
 // sm90/config.h kWsRaggedDefaultMode / kWsPagedDefaultMode, both with the batched epilogue, kWsBatched); with
-// bit kWsQuad (8, opt-in, not a default) the four-math-warpgroup kernel, mode kWsQuadMode, where it exists
+// bit kWsQuad (8; the paged default) the four-math-warpgroup kernel, mode kWsQuadMode, where it exists
 // (ragged, paged next_n 2 and 4 with 16-byte keys; elsewhere the bit is dropped).
 struct Tuning {
   int sm90 = -1;

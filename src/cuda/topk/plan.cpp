@@ -73,12 +73,15 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
                     ? tune.cluster
                     : cluster_ctas_for(p, caps);
     if (caps.arch < 90) c.cluster = 1;
-    // The kept-masks emit by default (610e825, H200: 8192 x 4K 158.3 us against the recount's 207.3,
-    // 128 x 64K 23.5 against 26.0, 1 x 4K 8.9 against 9.7; bench/NOTES.md session 7).
-    c.emit = tune.emit == Emit::recount || tune.emit == Emit::kept_masks_lean ? tune.emit : Emit::kept_masks;
-    c.l2_prefetch = tune.l2_prefetch;    // off unless forced (unmeasured: bench/NOTES.md session 7)
-    c.lean_select = tune.lean_select;    // likewise
-    c.offset_digit = tune.offset_digit;  // likewise
+    // Session 7's four variants together by default (26d4201, H200, "s7 A/B" rows against the kept-masks emit
+    // alone: 8192 x 4K 163.0 -> 133.9 us (lean emit + lean select; rows of 4K take no prefetch or offset
+    // digit), 4096 x 8K 140.4 -> 120.0, 128 x 16K 17.2 -> 15.3, 1 x 64K 15.8 -> 14.7-15.0, 128 x 128K
+    // 33.1-33.3 -> 32.4-32.5, 128 x 64K 23.7-24.8 -> 23.7-23.9; bench/NOTES.md session 7). Each one can be
+    // forced off (or the emit to kept_masks / recount).
+    c.emit = tune.emit == Emit::automatic ? Emit::kept_masks_lean : tune.emit;
+    c.l2_prefetch = tune.l2_prefetch != 0;
+    c.lean_select = tune.lean_select != 0;
+    c.offset_digit = tune.offset_digit != 0;
   }
   return c;
 }

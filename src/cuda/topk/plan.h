@@ -39,15 +39,15 @@ const char* select_name(Select s);
 // How the sampled kernel's emit (step 4 of topk_sampled.cuh) finds each lane's selected entries. A
 // compile-time variant of the one kernel (its template argument kKeepMasks).
 enum class Emit : int {
-  automatic = 0,        // Tuning only: the plan's choice (kept_masks)
+  automatic = 0,        // Tuning only: the plan's choice (kept_masks_lean)
   recount = 1,          // the count pass and the store pass each test every quad (measured: 6aa3058)
   kept_masks = 2,       // the count pass's 4-bit masks stay in a register for the store pass, which reads only
                         // the positions of quads with a selected entry; a select that ended on key bits tests
-                        // the key alone. The default (measured: 610e825, bench/NOTES.md session 7)
+                        // the key alone (measured: 610e825, bench/NOTES.md session 7)
   kept_masks_lean = 3,  // kept_masks, and where the select ended on key bits and the outputs are staged positions
                         // (transform none or ragged): one compare per key with the whole threshold key, and
                         // branch-free predicated stores at popc-derived slots (the same outputs; session 7,
-                        // opt-in, unmeasured; a runtime flag of the kept-masks kernel)
+                        // the default: 26d4201; a runtime flag of the kept-masks kernel)
 };
 const char* emit_name(Emit e);
 
@@ -77,12 +77,11 @@ struct Plan {
   Select select = Select::global;  // never automatic in a plan
   int cluster = 1;                 // CTAs per row (a thread-block cluster; sampled kernel on sm_90 only)
   Emit emit = Emit::recount;       // the sampled kernel's emit (never automatic in a plan; the global kernel: recount)
-  bool l2_prefetch = false;  // the sampled kernel prefetches its rows' next steps into L2 (Tuning only, unmeasured)
-  bool lean_select = false;  // the sampled kernel's lean key-digit histograms (Tuning only, unmeasured)
-  bool offset_digit =
-      false;                 // the candidates' first digit relative to the sample's threshold (Tuning only, unmeasured)
-  std::size_t smem = 0;      // dynamic shared memory per CTA (sampled kernel; 0 for global)
-  std::size_t ws_bytes = 0;  // the radix select keeps everything in shared memory
+  bool l2_prefetch = false;        // the sampled kernel prefetches its rows' next steps into L2 (the default)
+  bool lean_select = false;        // the sampled kernel's lean key-digit histograms (the default)
+  bool offset_digit = false;       // the candidates' first digit relative to the sample's threshold (the default)
+  std::size_t smem = 0;            // dynamic shared memory per CTA (sampled kernel; 0 for global)
+  std::size_t ws_bytes = 0;        // the radix select keeps everything in shared memory
 };
 
 // Optional override (benchmarks and tests only; the launcher maps its TopkPath onto it): a sampled
@@ -91,19 +90,20 @@ struct Tuning {
   Select select = Select::automatic;
   int threads = 0;  // 256 or 1024 forces the CTA size; 0 keeps the plan's
   int cluster = 0;  // 1, 2, 4 or 8 forces the CTAs per row (sampled kernel, sm_90; else 1); 0 keeps the plan's
-  Emit emit = Emit::automatic;  // recount or kept_masks forces the sampled kernel's emit
-  // The sampled kernel's long rows (> kWholeRow) prefetch their filter's steps into L2 (session 7, opt-in until
-  // measured): the first kPrefetchSteps of every warp before the sample's threshold is known, so the row
-  // streams from HBM while the threshold is found, then kUnroll steps ahead per filter iteration.
-  bool l2_prefetch = false;
+  Emit emit = Emit::automatic;  // recount, kept_masks or kept_masks_lean forces the sampled kernel's emit
+  // The next three: -1 the plan's (on, measured: plan.cpp), 0 off, 1 on.
+  // The sampled kernel's long rows (> kWholeRow) prefetch their filter's steps into L2 (session 7): the first
+  // kPrefetchSteps of every warp before the sample's threshold is known, so the row streams from HBM while the
+  // threshold is found, then kUnroll steps ahead per filter iteration.
+  int l2_prefetch = -1;
   // The sampled kernel's key-digit histograms (its selects: the sample's and the candidates') match the fixed
   // prefix by one subtraction and compare and count by predicated reductions, with no branch per entry
-  // (session 7, opt-in until measured; the same select).
-  bool lean_select = false;
+  // (session 7; the same select).
+  int lean_select = -1;
   // The candidates of rows longer than kWholeRow (all >= the sample's threshold key t) are ranked first by
   // min((key >> 16) - (t >> 16), 4095), then key bits 4..15 and 0..3, instead of the key's top 12 bits
-  // (session 7, opt-in until measured; the same selection).
-  bool offset_digit = false;
+  // (session 7; the same selection).
+  int offset_digit = -1;
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

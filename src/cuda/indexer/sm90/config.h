@@ -65,15 +65,14 @@ constexpr int kWsModes = 8;     // the modes the launcher instantiates (the plan
 // (b128 x 32K next_n 1 / 2 / 4: 274 / 492 / 716 TFLOP/s against lockstep's 265 / 466 / 593; batched + split
 // was 731 at next_n 4 but 459 at next_n 2). The GPU oracle tests passed on every mode of every form.
 constexpr int kWsRaggedDefaultMode = kWsBatched | kWsSplit;
-constexpr int kWsPagedDefaultMode = kWsBatched;
 constexpr int kWsProducerRegs = 56;  // setmaxnreg: 128 * 56 + 256 * 224 <= 168 * 384 (the launch's allocation)
 constexpr int kWsMathRegs = 224;
 static_assert(128 * kWsProducerRegs + 256 * kWsMathRegs <= 168 * kWsThreads,
               "setmaxnreg split exceeds the CTA's registers");
 
-// Opt-in (session 7, not a default): four math warpgroups instead of two (DeepGEMM's sm90 MQA-logits kernels run
-// four at 104 registers; ours had two math warps a scheduler, each mostly waiting: 42 % tensor-pipe use at causal
-// 8K). Each warpgroup scores at most 2 rows (N <= 128, 64 accumulators a thread): a group of 4 rows (ragged,
+// Session 7 (the paged default where it exists, below): four math warpgroups instead of two (DeepGEMM's sm90 MQA-logits
+// kernels run four at 104 registers; ours had two math warps a scheduler, each mostly waiting: 42 % tensor-pipe use at
+// causal 8K). Each warpgroup scores at most 2 rows (N <= 128, 64 accumulators a thread): a group of 4 rows (ragged,
 // paged next_n 4) splits a block's rows over a pair of warpgroups (both read the same stage; the pairs take
 // alternate blocks), a group of 2 (next_n 2) gives each of the four its own block. One commit group a block
 // (no split, no ping-pong): mode kWsQuadMode only, for ragged and paged next_n 2 / 4 with 16-byte keys. Each
@@ -94,6 +93,11 @@ constexpr int kWsQuadPageAhead = 4;  // the quad producer's page ids ahead (page
 static_assert(128 * kWsQuadProducerRegs + 512 * kWsQuadMathRegs <= kWsQuadLaunchRegs * ws_threads(kWsQuadMode),
               "quad setmaxnreg split exceeds the CTA's registers");
 static_assert(kWsQuadLaunchRegs * ws_threads(kWsQuadMode) <= 65536, "quad launch exceeds the SM's registers");
+// Paged: four math warpgroups where they exist (next_n 2 and 4 with 16-byte keys; the plan drops the bit
+// elsewhere, leaving the batched epilogue). 26d4201, H200, b128 x 32K page 64: next_n 4 333.5 us = 824 TFLOP/s
+// against mode 4's 383.3 (717), next_n 2 223.3 us = 616 against 279.1 (492). Ragged stays on mode 6: the quad
+// kernel measured 653.3 against 666.2 us at causal 8K and 200.3 against 198.7 at 4K (within the spread).
+constexpr int kWsPagedDefaultMode = kWsQuadMode;
 
 // Dynamic shared memory of the ws kernel for `rows` query rows: q, the key ring with its scales and
 // validity flags, 2 mbarriers a stage, the rows' windows, + 1024 for the alignment of the base.

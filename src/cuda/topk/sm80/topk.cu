@@ -30,9 +30,9 @@ int g_threads = 0;
 int g_cluster = 0;
 bool g_direct_emit = false;
 TopkEmit g_emit = TopkEmit::automatic;
-bool g_l2_prefetch = false;
-bool g_lean_select = false;
-bool g_offset_digit = false;
+int g_l2_prefetch = -1;
+int g_lean_select = -1;
+int g_offset_digit = -1;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
@@ -121,8 +121,8 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
                                                                                  plan.smem, s);
 }
 
-topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, bool l2_prefetch, bool lean_select,
-                          bool offset_digit) {
+topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, int l2_prefetch, int lean_select,
+                          int offset_digit) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
@@ -147,9 +147,9 @@ void set_topk_threads(int threads) { g_threads = threads; }
 void set_topk_cluster(int ctas) { g_cluster = ctas; }
 void set_topk_direct_emit(bool direct) { g_direct_emit = direct; }
 void set_topk_emit(TopkEmit emit) { g_emit = emit; }
-void set_topk_l2_prefetch(bool on) { g_l2_prefetch = on; }
-void set_topk_lean_select(bool on) { g_lean_select = on; }
-void set_topk_offset_digit(bool on) { g_offset_digit = on; }
+void set_topk_l2_prefetch(int mode) { g_l2_prefetch = mode; }
+void set_topk_lean_select(int mode) { g_lean_select = mode; }
+void set_topk_offset_digit(int mode) { g_offset_digit = mode; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));

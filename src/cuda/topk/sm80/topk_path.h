@@ -23,17 +23,15 @@ void set_topk_cluster(int ctas);
 void set_topk_direct_emit(bool direct);
 // Benchmarks and tests: the sampled kernel's emit forced (topk_op::Emit: recount, or kept_masks, the count
 // pass's selection masks kept in a register, the plan's default) or the plan's (automatic), for A/Bs.
-// kept_masks_lean: the kept masks with session 7's lean count and stores (topk_op::Emit::kept_masks_lean, opt-in).
+// kept_masks_lean: the kept masks with session 7's lean count and stores (topk_op::Emit::kept_masks_lean, the plan's).
 enum class TopkEmit : int { automatic = 0, recount = 1, kept_masks = 2, kept_masks_lean = 3 };
 void set_topk_emit(TopkEmit emit);
-// Benchmarks and tests: the sampled kernel's long rows prefetch their filter's steps into L2
-// (topk_op::Tuning::l2_prefetch; off, the plan's default, unless set).
-void set_topk_l2_prefetch(bool on);
-// Benchmarks and tests: the sampled kernel's lean key-digit histograms (topk_op::Tuning::lean_select; off,
-// the plan's default, unless set).
-void set_topk_lean_select(bool on);
-// Benchmarks and tests: the sampled regime's candidates ranked first by a digit relative to the sample's
-// threshold (topk_op::Tuning::offset_digit; off, the plan's default, unless set).
-void set_topk_offset_digit(bool on);
+// Benchmarks and tests, each -1 the plan's (on), 0 forced off, 1 forced on (a bool passes 0 / 1): the sampled
+// kernel's long rows prefetch their filter's steps into L2 (topk_op::Tuning::l2_prefetch), its lean key-digit
+// histograms (Tuning::lean_select), the sampled regime's candidates ranked first by a digit relative to the
+// sample's threshold (Tuning::offset_digit).
+void set_topk_l2_prefetch(int mode);
+void set_topk_lean_select(int mode);
+void set_topk_offset_digit(int mode);
 
 }  // namespace attnserve::cuda
