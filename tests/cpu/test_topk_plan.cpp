@@ -1,9 +1,11 @@
 // Top-k's plan (src/cuda/topk/plan.h) on fabricated devices: the algorithm (sampled when its shared
 // memory fits, else global; a forced choice), the threads per row, the CTAs per row (clusters for lone
-// long rows on sm_90), the sampled kernel's emit (the kept masks unless forced; the lean one only forced),
-// its L2 prefetch (only forced), the shared-memory count.
+// long rows on sm_90), the sampled kernel's emit (the lean kept masks unless forced), its L2 prefetch, lean
+// select and offset digit (on unless forced off), the shared-memory count.
 // Host code.
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "cuda/topk/plan.h"
 
@@ -149,59 +151,46 @@ TEST(TopkPlan, LeanEmitOnTheSampledKernel) {
   EXPECT_STREQ(emit_name(Emit::kept_masks_lean), "kept_masks_lean");
 }
 
-// Session 7's L2 prefetch of the sampled kernel's long rows: on unless forced off (measured: plan.cpp), never on
-// the global kernel; forcing it changes nothing else of the plan.
-TEST(TopkPlan, L2PrefetchOnUnlessForcedOff) {
-  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
-    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
-      const auto plan = make_plan(prob, caps);
-      EXPECT_EQ(plan.l2_prefetch, plan.select == Select::sampled) << caps.arch << " width " << prob.width;
-      EXPECT_FALSE(make_plan(prob, caps, {.l2_prefetch = 0}).l2_prefetch);
-      const auto forced = make_plan(prob, caps, {.l2_prefetch = true});
-      EXPECT_EQ(forced.l2_prefetch, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
-      EXPECT_EQ(forced.select, plan.select);
-      EXPECT_EQ(forced.threads, plan.threads);
-      EXPECT_EQ(forced.cluster, plan.cluster);
-      EXPECT_EQ(forced.emit, plan.emit);
-      EXPECT_EQ(forced.smem, plan.smem);
-    }
-  EXPECT_FALSE(make_plan(kLong, kH200, {.select = Select::global, .l2_prefetch = true}).l2_prefetch);
-}
-
-// Session 7's lean select (the sampled kernel's key-digit histograms): on unless forced off, never on the global
-// kernel, nothing else of the plan changed.
-TEST(TopkPlan, LeanSelectOnUnlessForcedOff) {
-  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
-    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
-      const auto plan = make_plan(prob, caps);
-      EXPECT_EQ(plan.lean_select, plan.select == Select::sampled);
-      EXPECT_FALSE(make_plan(prob, caps, {.lean_select = 0}).lean_select);
-      const auto forced = make_plan(prob, caps, {.lean_select = true});
-      EXPECT_EQ(forced.lean_select, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
-      EXPECT_EQ(forced.select, plan.select);
-      EXPECT_EQ(forced.threads, plan.threads);
-      EXPECT_EQ(forced.cluster, plan.cluster);
-      EXPECT_EQ(forced.emit, plan.emit);
-      EXPECT_EQ(forced.l2_prefetch, plan.l2_prefetch);
-    }
-}
-
-// Session 7's offset digit (the sampled regime's candidates ranked first relative to the threshold): on unless
-// forced off, never on the global kernel, nothing else of the plan changed.
-TEST(TopkPlan, OffsetDigitOnUnlessForcedOff) {
-  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
-    for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
-      const auto plan = make_plan(prob, caps);
-      EXPECT_EQ(plan.offset_digit, plan.select == Select::sampled);
-      EXPECT_FALSE(make_plan(prob, caps, {.offset_digit = 0}).offset_digit);
-      const auto forced = make_plan(prob, caps, {.offset_digit = true});
-      EXPECT_EQ(forced.offset_digit, forced.select == Select::sampled) << caps.arch << " width " << prob.width;
-      EXPECT_EQ(forced.select, plan.select);
-      EXPECT_EQ(forced.threads, plan.threads);
-      EXPECT_EQ(forced.cluster, plan.cluster);
-      EXPECT_EQ(forced.emit, plan.emit);
-      EXPECT_EQ(forced.lean_select, plan.lean_select);
-    }
+// Session 7's three switches of the sampled kernel (the L2 prefetch of long rows, the lean select's key-digit
+// histograms, the offset digit of the sampled regime's candidates): each on unless forced off (measured:
+// plan.cpp), never on the global kernel; forcing one changes nothing else of the plan.
+TEST(TopkPlan, SampledKernelSwitchesOnUnlessForcedOff) {
+  using cuda::topk_op::Plan;
+  using cuda::topk_op::Tuning;
+  struct Switch {
+    const char* name;
+    int Tuning::*tune;
+    bool Plan::*plan;
+  };
+  for (const Switch sw : {Switch{"l2_prefetch", &Tuning::l2_prefetch, &Plan::l2_prefetch},
+                          Switch{"lean_select", &Tuning::lean_select, &Plan::lean_select},
+                          Switch{"offset_digit", &Tuning::offset_digit, &Plan::offset_digit}}) {
+    SCOPED_TRACE(sw.name);
+    for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+      for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
+        SCOPED_TRACE("arch " + std::to_string(caps.arch) + " width " + std::to_string(prob.width));
+        const Plan plan = make_plan(prob, caps);
+        EXPECT_EQ(plan.*sw.plan, plan.select == Select::sampled);
+        for (const int mode : {0, 1}) {
+          Tuning t;
+          t.*sw.tune = mode;
+          const Plan forced = make_plan(prob, caps, t);
+          EXPECT_EQ(forced.*sw.plan, mode == 1 && forced.select == Select::sampled);
+          EXPECT_EQ(forced.select, plan.select);
+          EXPECT_EQ(forced.threads, plan.threads);
+          EXPECT_EQ(forced.cluster, plan.cluster);
+          EXPECT_EQ(forced.emit, plan.emit);
+          EXPECT_EQ(forced.smem, plan.smem);
+          for (const Switch other : {Switch{"", &Tuning::l2_prefetch, &Plan::l2_prefetch},
+                                     Switch{"", &Tuning::lean_select, &Plan::lean_select},
+                                     Switch{"", &Tuning::offset_digit, &Plan::offset_digit}})
+            if (other.plan != sw.plan) EXPECT_EQ(forced.*other.plan, plan.*other.plan);
+        }
+      }
+    Tuning global{.select = Select::global};
+    global.*sw.tune = 1;
+    EXPECT_FALSE(make_plan(kLong, kH200, global).*sw.plan);
+  }
 }
 
 }  // namespace

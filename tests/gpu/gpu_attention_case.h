@@ -253,36 +253,27 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
   GpuResult second = run_on_gpu(c, spec.tuning);
   EXPECT_TRUE(same_bytes(first.out, second.out)) << "two runs differ (out)";
   if (spec.with_lse) EXPECT_TRUE(same_bytes(first.lse, second.lse)) << "two runs differ (lse)";
-  // Every case also runs the portable kernel with per-row page-id lookups (Tuning::lane_pages 0; the
-  // default's lane page ids apply to decode / verify tiles, MT = 1, below page runs) against the same
-  // oracle; where the spec's run took the portable kernel too, the bits are the lane path's (same slots,
-  // same arithmetic).
-  if (spec.tuning.lane_pages < 0 && spec.tuning.sm90 <= 0) {
-    cuda::attn::Tuning rows = spec.tuning;
-    rows.lane_pages = 0;
-    const GpuResult per_row = run_on_gpu(c, rows);
-    EXPECT_EQ(per_row.kernel, cuda::attn::Kernel::sm80);
-    expect_matches_oracle(per_row, "per-row page ids");
+  // Every case also runs the portable kernel with each of the default's decode / verify switches turned off
+  // (MT = 1 tiles; MT = 4 ignores them): per-row page-id lookups instead of lane page ids (Tuning::lane_pages
+  // 0, below page runs) and the modulo ring indexing instead of the ring counters (Tuning::ring_counters 0).
+  // Each against the same oracle, and where the spec's run took the portable kernel too, with its bits (same
+  // slots, same arithmetic).
+  struct Switch {
+    int cuda::attn::Tuning::*field;
+    const char* name;
+  };
+  for (const Switch sw : {Switch{&cuda::attn::Tuning::lane_pages, "lane page ids"},
+                          Switch{&cuda::attn::Tuning::ring_counters, "ring counters"}}) {
+    if (spec.tuning.*sw.field >= 0 || spec.tuning.sm90 > 0) continue;
+    cuda::attn::Tuning off = spec.tuning;
+    off.*sw.field = 0;
+    const GpuResult twin = run_on_gpu(c, off);
+    EXPECT_EQ(twin.kernel, cuda::attn::Kernel::sm80);
+    expect_matches_oracle(twin, std::string(sw.name) + " off");
     if (first.kernel == cuda::attn::Kernel::sm80) {
-      EXPECT_TRUE(same_bytes(first.out, per_row.out)) << "lane page ids change the output bits";
+      EXPECT_TRUE(same_bytes(first.out, twin.out)) << sw.name << " change the output bits";
       if (spec.with_lse) {
-        EXPECT_TRUE(same_bytes(first.lse, per_row.lse)) << "lane page ids change the lse bits";
-      }
-    }
-  }
-  // And the modulo ring indexing (Tuning::ring_counters 0; the default's ring counters apply to MT = 1
-  // tiles, MT = 4 ignores it): the oracle again, and the bits of the spec's run wherever that took the
-  // portable kernel.
-  if (spec.tuning.ring_counters < 0 && spec.tuning.sm90 <= 0) {
-    cuda::attn::Tuning rc = spec.tuning;
-    rc.ring_counters = 0;
-    const GpuResult ring = run_on_gpu(c, rc);
-    EXPECT_EQ(ring.kernel, cuda::attn::Kernel::sm80);
-    expect_matches_oracle(ring, "modulo ring slots");
-    if (first.kernel == cuda::attn::Kernel::sm80) {
-      EXPECT_TRUE(same_bytes(first.out, ring.out)) << "ring counters change the output bits";
-      if (spec.with_lse) {
-        EXPECT_TRUE(same_bytes(first.lse, ring.lse)) << "ring counters change the lse bits";
+        EXPECT_TRUE(same_bytes(first.lse, twin.lse)) << sw.name << " change the lse bits";
       }
     }
   }

@@ -7,6 +7,29 @@
 using namespace attnserve;
 using namespace attnserve::test;
 
+namespace {
+
+// The plan the case's call makes under `tune`.
+cuda::attn::Plan plan_of(const AttnCase& c, const cuda::attn::Tuning& tune) {
+  return cuda::attn::make_plan(
+      cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view, c.q_view,
+                                    TensorView{}, TensorView{}, TensorView{})),
+      cuda::attn::current_device_caps(), tune);
+}
+
+// A switch of the portable kernel that must not change the bits: `on` (the switch pinned on) against the same
+// tuning with the switch (a Tuning field) 0.
+void expect_bits_unchanged_without(const AttnCase& c, const cuda::attn::Tuning& on, int cuda::attn::Tuning::*field,
+                                   const char* what) {
+  cuda::attn::Tuning off = on;
+  off.*field = 0;
+  const GpuResult a = run_on_gpu(c, off), b = run_on_gpu(c, on);
+  EXPECT_TRUE(same_bytes(a.out, b.out)) << what << " change the output bits";
+  EXPECT_TRUE(same_bytes(a.lse, b.lse)) << what << " change the lse bits";
+}
+
+}  // namespace
+
 TEST(GpuAttention, DecodeGqa4PageSizes) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
@@ -288,18 +311,11 @@ TEST(GpuAttention, LanePagesAcrossPageSizes) {
         s.tuning.lane_pages = 1;
         check_case(s, g);
         AttnCase c(s, g);
-        const auto plan = cuda::attn::make_plan(
-            cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view,
-                                          c.q_view, TensorView{}, TensorView{}, TensorView{})),
-            cuda::attn::current_device_caps(), s.tuning);
+        const auto plan = plan_of(c, s.tuning);
         EXPECT_EQ(plan.kernel, cuda::attn::Kernel::sm80);  // the path under test runs: portable kernel,
         EXPECT_EQ(plan.mt, 1);                             // 16-row tiles,
         EXPECT_EQ(plan.lane_pages, 1);                     // lane page ids on
-        cuda::attn::Tuning per_row = s.tuning;
-        per_row.lane_pages = 0;
-        const GpuResult rows = run_on_gpu(c, per_row), lanes = run_on_gpu(c, s.tuning);
-        EXPECT_TRUE(same_bytes(rows.out, lanes.out)) << "lane page ids change the output bits";
-        EXPECT_TRUE(same_bytes(rows.lse, lanes.lse)) << "lane page ids change the lse bits";
+        expect_bits_unchanged_without(c, s.tuning, &cuda::attn::Tuning::lane_pages, "lane page ids");
       }
 }
 
@@ -352,20 +368,13 @@ TEST(GpuAttention, RingCountersAcrossDepthsAndPages) {
     s.tuning.ring_counters = 1;
     check_case(s, g);
     AttnCase c(s, g);
-    const auto plan = cuda::attn::make_plan(
-        cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view, c.q_view,
-                                      TensorView{}, TensorView{}, TensorView{})),
-        cuda::attn::current_device_caps(), s.tuning);
+    const auto plan = plan_of(c, s.tuning);
     EXPECT_EQ(plan.kernel, cuda::attn::Kernel::sm80);  // the path under test runs: portable kernel,
     EXPECT_EQ(plan.mt, 1);                             // 16-row tiles,
     EXPECT_EQ(plan.ring_counters, 1);                  // ring counters on,
     EXPECT_EQ(plan.stages, k.ctas == 3 ? 2 : k.stages);
     if (k.ctas == 3) EXPECT_EQ(plan.ctas_per_sm, 3);
-    cuda::attn::Tuning modulo = s.tuning;
-    modulo.ring_counters = 0;
-    const GpuResult a = run_on_gpu(c, modulo), b = run_on_gpu(c, s.tuning);
-    EXPECT_TRUE(same_bytes(a.out, b.out)) << "ring counters change the output bits";
-    EXPECT_TRUE(same_bytes(a.lse, b.lse)) << "ring counters change the lse bits";
+    expect_bits_unchanged_without(c, s.tuning, &cuda::attn::Tuning::ring_counters, "ring counters");
   }
 }
 
@@ -403,10 +412,7 @@ TEST(GpuAttention, ThreeCtasPerSm) {
     s.tuning.ctas = 3;
     check_case(s, g);
     AttnCase c(s, g);
-    const auto plan3 = cuda::attn::make_plan(
-        cuda::attn::problem_of(c.args(c.q_view, c.kc.view, c.vc.view, c.pt.view, c.seqlens.view, c.cu.view, c.q_view,
-                                      TensorView{}, TensorView{}, TensorView{})),
-        cuda::attn::current_device_caps(), s.tuning);
+    const auto plan3 = plan_of(c, s.tuning);
     EXPECT_EQ(plan3.ctas_per_sm, 3);  // <= 16 packed rows (MT = 1), d <= 128
     cuda::attn::Tuning two = s.tuning;
     two.ctas = 2;
