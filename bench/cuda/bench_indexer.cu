@@ -40,8 +40,9 @@ void for_each_kernel(const cuda::indexer::Problem& problem, F&& time_one, const 
     const std::string kernel = cuda::indexer::kernel_name(plan.kernel);
     time_one(" [" + kernel + (cuda::indexer::is_sm90_ws(plan.kernel) ? " mode " + std::to_string(plan.ws_mode) : "") +
              "]");
-    // The opt-in four-math-warpgroup kernel (mode kWsQuadMode = 12) where it exists, next to the default (A/B).
-    if (cuda::indexer::is_sm90_ws(plan.kernel)) {
+    // The four-math-warpgroup kernel (mode kWsQuadMode = 12, the paged default) where it exists and the plan's
+    // choice is another mode, next to it (A/B).
+    if (cuda::indexer::is_sm90_ws(plan.kernel) && plan.ws_mode != cuda::indexer90::kWsQuadMode) {
       cuda::indexer::op_tuning().ws_mode = cuda::indexer90::kWsQuadMode;
       if (cuda::indexer::make_plan(problem, caps, cuda::indexer::op_tuning()).ws_mode == cuda::indexer90::kWsQuadMode)
         time_one(" [" + kernel + " mode " + std::to_string(cuda::indexer90::kWsQuadMode) + " quad]");

@@ -7,7 +7,7 @@
 // warp-specialized kernel; the ragged cases run both the session-4 kernel (the ragged default) and the ws one.
 // Long forced column spans wrap the ws kernel's ring of stages many times on small problems. The ws kernel runs
 // in every mode (overlap bits and the batched epilogue, against one oracle run a case; the batched epilogue
-// must give its per-row twin's bits), and the opt-in four-math-warpgroup kernel (kWsQuadMode) where it exists,
+// must give its per-row twin's bits), and the four-math-warpgroup kernel (kWsQuadMode, the paged default) where it exists,
 // against the oracle and bitwise against its two-warpgroup twin.
 #include <gtest/gtest.h>
 

@@ -134,7 +134,7 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const Selec
   __syncthreads();
 }
 
-// candidate_histogram for a key digit, lean (TopkParams::lean_select; opt-in, unmeasured). The first digit
+// candidate_histogram for a key digit, lean (TopkParams::lean_select; the default since 26d4201). The first digit
 // (no prefix fixed yet: every entry matches) counts the whole quads of a segment without a test or a branch
 // per entry (ptxas puts a branch around every conditional shared atomic); later digits match the fixed prefix
 // by key - lo <= span (one subtraction and one compare instead of the guarded shift and compare). The same
@@ -175,8 +175,8 @@ __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const 
   __syncthreads();
 }
 
-// The candidates' first digit relative to the sample's threshold (TopkParams::offset_digit; opt-in,
-// unmeasured): every candidate of the sampled regime has key >= t, so bin min((key >> 16) - (t >> 16), 4095)
+// The candidates' first digit relative to the sample's threshold (TopkParams::offset_digit; the
+// default since 26d4201): every candidate of the sampled regime has key >= t, so bin min((key >> 16) - (t >> 16), 4095)
 // is monotone in the key and, below the top bin, a 16-bit key prefix: t >> 16 plus the bin. Candidates sit
 // just above t, where the fixed top-12-bit digit puts most of them in a handful of bins (an octave of the
 // float is 8 bins: shared-atomic contention, and a second pass over hundreds of matches); here 4095 bins
@@ -287,7 +287,7 @@ __device__ __forceinline__ float key_threshold_float(uint32_t t) {
 
 __device__ __forceinline__ uint32_t warp_sum(uint32_t v) { return __reduce_add_sync(ptx::kFullMask, v); }
 
-// ---- L2 prefetch of the filter's steps (TopkParams::l2_prefetch; opt-in, unmeasured)
+// ---- L2 prefetch of the filter's steps (TopkParams::l2_prefetch; the default since 26d4201)
 // A warp's steps are first, first + stride, ... (128 values = 512 bytes each); lane l prefetches the 128-byte
 // line l % 4 of the (l / 4)-th of the n <= 8 steps from `first` (a step that starts mid-line leaves its last
 // partial line to the demand load, or to the next step's prefetch). No data comes back: nothing waits on it.
@@ -365,7 +365,7 @@ __device__ inline uint32_t gather_into_rank0(SampledSmem<kThreads>& S, uint32_t 
 
 // Emit step 4's k outputs: each selected entry's value goes to its slot (the warps' prefix plus the lane
 // order), directly to global memory or (contiguous rows) staged in S.hist, then written by 16-byte stores.
-// kKeepMasks (topk_op::Emit::kept_masks, not yet the default): the count pass keeps each lane's 4-bit masks
+// kKeepMasks (topk_op::Emit::kept_masks; its lean form is the default): the count pass keeps each lane's 4-bit masks
 // in one register and the store pass reuses them (the recount tests every quad twice), reading only the
 // positions of quads with a selected entry; a select that ended on key bits tests the key alone.
 template <int kThreads, bool kKeepMasks>
@@ -385,7 +385,7 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
   // A select that ended on key bits (no position pass: pshift 31, pprefix 0) selects by the key alone:
   // at_or_above(key, rp) is then shr32(key, kshift) >= kprefix for every rp (used by the kKeepMasks emit).
   const bool key_only = kKeepMasks && st.pshift == 31;
-  // The lean emit (TopkParams::lean_emit, topk_op::Emit::kept_masks_lean; opt-in, unmeasured), where the select
+  // The lean emit (TopkParams::lean_emit, topk_op::Emit::kept_masks_lean; the default since 26d4201), where the select
   // ended on key bits and the outputs are staged positions (+ the ragged offset): the count pass compares each
   // key with the whole threshold key (one compare, no shift), and the store pass writes each selected entry
   // by a predicated store at its slot (the count of the quad's lower selected entries), with no branch and no
