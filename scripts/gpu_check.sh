@@ -16,7 +16,7 @@
 #   GTEST_FILTER  restricts the main GPU test run (default: all)
 #   MEMCHECK_FILTER, RACECHECK_FILTER  replace the sanitizer runs' test filters (default: the lists below)
 #   ATTNSERVE_COMMIT  commit id for the log header when this is not a git checkout
-#   SUITE_TIMEOUT, SAN_TIMEOUT, BENCH_TIMEOUT  seconds per test suite / sanitizer run / bench (120, 150, 240)
+#   SUITE_TIMEOUT, SAN_TIMEOUT, BENCH_TIMEOUT  seconds per test suite / sanitizer run / bench (120, 240, 240)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -131,7 +131,7 @@ if [ "$SANITIZER" = 1 ] && [ -x "$TESTS" ] && command -v compute-sanitizer >/dev
     # Racecheck: top-k checks without the session-7 opt-in variants (ATTNSERVE_TOPK_S7=0; 13 kernel choices a check
     # otherwise), unless the caller sets ATTNSERVE_TOPK_S7.
     s7=1; [ $tool = racecheck ] && s7=${ATTNSERVE_TOPK_S7:-0}
-    ATTNSERVE_TOPK_S7=$s7 ATTNSERVE_SEED=1 timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filter" \
+    ATTNSERVE_TOPK_S7=$s7 ATTNSERVE_SEED=1 timeout "${SAN_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 "$TESTS" --gtest_filter="$filter" \
       >"$OUT/sanitizer_$tool.log" 2>&1
     rc=$?
     summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer_$tool.log" | tail -1)
