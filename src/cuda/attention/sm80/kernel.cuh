@@ -385,21 +385,21 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     if constexpr (FP8) {  // widen e4m3 -> T into the swizzled conversion tiles
       char* cK = sConv;
       char* cV = sConv + Tr::kTile * Tr::kRowBytes;
-      if constexpr (RC) {
-        // One 16-byte chunk (row, c) of tensor `which`: 16 e4m3 -> 16 T (exact), two swizzled 16-byte stores.
-        auto widen_chunk = [&](int which, int row, int c) {
-          const uint4 raw = *reinterpret_cast<const uint4*>((which ? tV : tK) + row * Tr::kRawRowBytes + c * 16);
-          const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-          uint32_t o8[8];
+      // One 16-byte chunk (row, c) of tensor `which`: 16 e4m3 -> 16 T (exact), two swizzled 16-byte stores.
+      auto widen_chunk = [&](int which, int row, int c) {
+        const uint4 raw = *reinterpret_cast<const uint4*>((which ? tV : tK) + row * Tr::kRawRowBytes + c * 16);
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+        uint32_t o8[8];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            o8[2 * i] = widen_fp8x2<T>(uint16_t(w[i] & 0xffffu));
-            o8[2 * i + 1] = widen_fp8x2<T>(uint16_t(w[i] >> 16));
-          }
-          char* dst = which ? cV : cK;
-          *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c)) = make_uint4(o8[0], o8[1], o8[2], o8[3]);
-          *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c + 1)) = make_uint4(o8[4], o8[5], o8[6], o8[7]);
-        };
+        for (int i = 0; i < 4; ++i) {
+          o8[2 * i] = widen_fp8x2<T>(uint16_t(w[i] & 0xffffu));
+          o8[2 * i + 1] = widen_fp8x2<T>(uint16_t(w[i] >> 16));
+        }
+        char* dst = which ? cV : cK;
+        *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c)) = make_uint4(o8[0], o8[1], o8[2], o8[3]);
+        *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c + 1)) = make_uint4(o8[4], o8[5], o8[6], o8[7]);
+      };
+      if constexpr (RC) {
         // The default loop's chunks per thread (idx = tid + i * kThreads), unrolled: c = tid % kRawChunks and
         // the rows step by kThreads / kRawChunks (a multiple of 8: the swizzle's XOR term is the thread's), so
         // the source and swizzled destination offsets are immediates off one base (~25 fewer instructions a
@@ -414,18 +414,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       for (int idx = tid; !RC && idx < 2 * Tr::kTile * Tr::kRawChunks; idx += kThreads) {  // RC: unrolled above
         const int which = idx / (Tr::kTile * Tr::kRawChunks);
         const int rem = idx - which * (Tr::kTile * Tr::kRawChunks);
-        const int row = rem / Tr::kRawChunks, c = rem % Tr::kRawChunks;
-        const uint4 raw = *reinterpret_cast<const uint4*>((which ? tV : tK) + row * Tr::kRawRowBytes + c * 16);
-        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-        uint32_t o8[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          o8[2 * i] = widen_fp8x2<T>(uint16_t(w[i] & 0xffffu));
-          o8[2 * i + 1] = widen_fp8x2<T>(uint16_t(w[i] >> 16));
-        }
-        char* dst = which ? cV : cK;
-        *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c)) = make_uint4(o8[0], o8[1], o8[2], o8[3]);
-        *reinterpret_cast<uint4*>(dst + swz<Tr::kRowBytes>(row, 2 * c + 1)) = make_uint4(o8[4], o8[5], o8[6], o8[7]);
+        widen_chunk(which, rem / Tr::kRawChunks, rem % Tr::kRawChunks);
       }
       __syncthreads();
       tK = cK;

@@ -22,6 +22,7 @@
 #include "cuda/common/host_util.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/indexer/row_window.cuh"
 #include "cuda/indexer/sm80/config.h"
 #include "cuda/indexer/sm80/indexer_sm80.h"
 
@@ -44,29 +45,6 @@ __device__ __forceinline__ float head_weight(const IndexerParams& p, int64_t row
   const float w = p.w[row * p.w_row_stride + int64_t(h) * p.w_head_stride];
   if constexpr (kQScale) return w * p.q_scale[row * p.qs_row_stride + int64_t(h) * p.qs_head_stride];
   else return w;
-}
-
-// Key window [lo, hi) of row t of a group (t < rows_per_group), clamped to the logits width.
-template <bool kPaged>
-__device__ __forceinline__ void row_window(const IndexerParams& p, int64_t group, int t, int64_t& lo, int64_t& hi) {
-  if constexpr (kPaged) {
-    const int64_t limit = min(p.num_cols, p.max_pages * p.page_size);
-    const int64_t seqlen = p.seqlens[group * p.seqlens_stride];
-    const int64_t visible = seqlen - p.rows_per_group + t + 1;
-    lo = 0;
-    hi = visible < 0 ? 0 : (visible > limit ? limit : visible);
-  } else {
-    const int64_t row = group * kRaggedGroupRows + t;
-    if (row >= p.rows) {
-      lo = hi = 0;
-      return;
-    }
-    int64_t a = p.ks[row * p.ks_stride], b = p.ke[row * p.ke_stride];
-    a = a < 0 ? 0 : (a > p.num_cols ? p.num_cols : a);
-    b = b < a ? a : (b > p.num_cols ? p.num_cols : b);
-    lo = a;
-    hi = b;
-  }
 }
 
 // 32 bytes at p (4-byte aligned; 16-byte aligned when vec16).
@@ -137,7 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
   int64_t umin = p.num_cols, umax = 0;
   for (int t = 0; t < rows_here; ++t) {
     int64_t lo, hi;
-    row_window<kPaged>(p, group, t, lo, hi);
+    indexer::row_window<kPaged>(p, group, kPaged ? p.rows_per_group : kRaggedGroupRows, t, lo, hi);
     if (lo < hi) umin = min(umin, lo), umax = max(umax, hi);
   }
   // This lane writes column col0 + 16 * (tig >> 1) + 8 * (tig & 1) + g after the quad reduction.
@@ -176,7 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32) indexer_kernel(IndexerParams p) {
   for (int t = 0; t < rows_here; ++t) {
     const int64_t row = row0 + t;
     int64_t lo, hi;
-    row_window<kPaged>(p, group, t, lo, hi);
+    indexer::row_window<kPaged>(p, group, kPaged ? p.rows_per_group : kRaggedGroupRows, t, lo, hi);
     float* out_row = p.logits + row * p.logit_row_stride;
     if (col0 + kColsPerWarp <= lo || col0 >= hi) {
       if (my_col_in) out_row[my_col * p.logit_col_stride] = neg_inf;

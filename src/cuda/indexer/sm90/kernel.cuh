@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_sm90_ragged_kernel(const 
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
     int64_t lo, hi;
-    row_window<false, kRows>(p, group, t, lo, hi);
+    indexer::row_window<false>(p, group, kRows, t, lo, hi);
     if (lo < hi) umin = min(umin, lo), umax = max(umax, hi);
   }
   // Stages [first, end) of the CTA's columns meet the union; the columns of the others are only -inf.
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_sm90_ragged_kernel(const 
   const int key_l = kw * kWgKeys + (warp & 3) * 16 + g;  // this thread's keys in a stage: key_l, key_l + 8
   int64_t lo[kRowsPerWg], hi[kRowsPerWg];
 #pragma unroll
-  for (int t = 0; t < kRowsPerWg; ++t) row_window<false, kRows>(p, group, rw * kRowsPerWg + t, lo[t], hi[t]);
+  for (int t = 0; t < kRowsPerWg; ++t) indexer::row_window<false>(p, group, kRows, rw * kRowsPerWg + t, lo[t], hi[t]);
 
   float acc[kN / 2];
 #pragma unroll

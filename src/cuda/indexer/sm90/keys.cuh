@@ -1,11 +1,12 @@
 // Device helpers both Hopper indexer kernels share: the swizzle-aligned shared-memory base, the NaN-keeping
-// relu, a row's key window and where a key column lives (ragged buffer or page table).
+// relu and where a key column lives (ragged buffer or page table); a row's key window is ../row_window.cuh's.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "cuda/indexer/params.cuh"
+#include "cuda/indexer/row_window.cuh"
 #include "cuda/indexer/sm90/config.h"
 
 namespace attnserve::cuda::indexer90 {
@@ -39,27 +40,6 @@ __device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
 }
 __device__ __forceinline__ void sts_u8(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-
-// Key window [lo, hi) of row t of the group (t < rows of the shape), clamped to the logits width.
-template <bool kPaged, int kRows>
-__device__ __forceinline__ void row_window(const Params& p, int64_t group, int t, int64_t& lo, int64_t& hi) {
-  if constexpr (kPaged) {
-    const int64_t limit = min(p.num_cols, p.max_pages * p.page_size);
-    const int64_t visible = int64_t(p.seqlens[group * p.seqlens_stride]) - kRows + t + 1;
-    lo = 0;
-    hi = visible < 0 ? 0 : (visible > limit ? limit : visible);
-  } else {
-    const int64_t row = group * kRows + t;
-    if (row >= p.rows) {
-      lo = hi = 0;
-      return;
-    }
-    int64_t a = p.ks[row * p.ks_stride], b = p.ke[row * p.ke_stride];
-    a = a < 0 ? 0 : (a > p.num_cols ? p.num_cols : a);
-    b = b < a ? a : (b > p.num_cols ? p.num_cols : b);
-    lo = a, hi = b;
-  }
 }
 
 // Where key column `col` (inside the group's union window) lives: its 128 bytes and its scale; false when

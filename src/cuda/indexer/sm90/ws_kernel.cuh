@@ -14,7 +14,8 @@
 //    both K-major SW128 in shared memory), frees the stage (empty barrier) as soon as its wgmmas are done, and then
 //    reduces in registers while the other warpgroup's wgmmas run: relu * w over the thread's 16 heads of a row (the
 //    weights sit in registers), then over the quad (one exchange + one shuffle), the key scale, the mask.
-//  - kWsQuad (config.h; the paged default at next_n 2 / 4): 640 threads, math warpgroups 1..4, each scoring kWgRows <= 2 of the group's
+//  - kWsQuad (config.h; the paged default at next_n 2 / 4): 640 threads, math warpgroups 1..4, each scoring kWgRows <=
+//  2 of the group's
 //    rows (N <= 128, so 64 accumulators and 32 weights fit in 112 registers): rows 4 split over a pair of
 //    warpgroups (1 + 2 l, 2 + 2 l score rows 0-1, 2-3 of block i, l = i % 2; the stage is freed when both
 //    arrived), rows 2 give each warpgroup its own block (i % 4). Twice the math warps a scheduler to hide
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
     int64_t lo, hi;
-    row_window<kPaged, kRows>(p, group, t, lo, hi);
+    indexer::row_window<kPaged>(p, group, kRows, t, lo, hi);
     if (lo < hi) umin = min(umin, lo), umax = max(umax, hi);
   }
   // Blocks [first, end) of the CTA's columns meet the union; the columns of the others are only -inf.
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(ws_threads(kMode), 1) indexer_ws_kernel(const 
     }
     for (int t = 0; t < kRows; ++t) {
       int64_t lo, hi;
-      row_window<kPaged, kRows>(p, group, t, lo, hi);
+      indexer::row_window<kPaged>(p, group, kRows, t, lo, hi);
       sWin[2 * t] = int(lo), sWin[2 * t + 1] = int(hi);
     }
   }

@@ -50,6 +50,25 @@ bool has_cluster_code() {
   return yes;
 }
 
+// A launch of `grid` CTAs of `threads` in clusters of (cluster, 1, 1); its one attribute lives in `attr`,
+// which must outlive the launch.
+cudaLaunchConfig_t cluster_launch(unsigned grid, int threads, int cluster, std::size_t smem, cudaStream_t s,
+                                  cudaLaunchAttribute& attr) {
+  attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(cluster);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // Whether clusters of `cluster` CTAs of this kernel can run on this device (sm_90 code, and a GPC with room
 // for them); asked once per kernel and cluster size. Without, the launch is one CTA per row (same result).
 template <auto kKernel>
@@ -57,17 +76,8 @@ bool cluster_fits(int threads, int cluster, std::size_t smem) {
   static int known[topk_op::kClusterMax + 1] = {};  // 0 not asked yet, 1 fits, -1 not
   int& k = known[std::clamp(cluster, 0, topk_op::kClusterMax)];
   if (k == 0) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(cluster));
-    cfg.blockDim = dim3(unsigned(threads));
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_launch(unsigned(cluster), threads, cluster, smem, nullptr, attr);
     int n = 0;
     const bool ok = has_cluster_code<kKernel>() && cudaOccupancyMaxActiveClusters(&n, kKernel, &cfg) == cudaSuccess;
     if (!ok) (void)cudaGetLastError();  // clear the sticky-free error of the query
@@ -90,18 +100,8 @@ void launch_with_smem(const TopkParams& p, unsigned rows, int threads, int clust
     kKernel<<<rows, threads, smem, s>>>(p);
     return;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(rows * unsigned(cluster));
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = cluster_launch(rows * unsigned(cluster), threads, cluster, smem, s, attr);
   ATTNSERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kKernel, p));
 }
 

@@ -99,15 +99,36 @@ __device__ __forceinline__ SelectDigit select_digit(int pass) {
   }
 }
 
+// Zeroes the histogram (16-byte stores; every thread calls it), then a barrier.
+template <int kThreads>
+__device__ __forceinline__ void clear_histogram(SampledSmem<kThreads>& S) {
+  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
+  for (int b = int(threadIdx.x); b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+}
+
+// Counts bin bin_of(v[e]) of each entry e of quad q below n: a whole quad with no test per entry (ptxas puts a
+// branch around every conditional shared atomic), the segment's last, partial quad entry by entry.
+template <typename BinOf>
+__device__ __forceinline__ void count_quad(uint32_t* hist, const uint32_t (&v)[4], uint32_t q, uint32_t n,
+                                           BinOf bin_of) {
+  if (4 * q + 4 <= n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) atomicAdd(&hist[bin_of(v[e])], 1u);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 3; ++e)
+      if (4 * q + e < n) atomicAdd(&hist[bin_of(v[e])], 1u);
+  }
+}
+
 // One histogram pass over the keys in every warp's segment (S.cnt[w] <= kSegCap entries each): the digit
 // of the entries that match `st`. Plain shared atomics, per-thread loops over 16-byte quads of entries
 // (segments are 16-byte aligned: kSegCap * 4 bytes is a multiple of 16). Ends with a barrier.
 template <int kThreads>
 __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
-  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
-  __syncthreads();
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   const uint4* pos4 = reinterpret_cast<const uint4*>(S.pos + warp * kSegCap);
@@ -141,10 +162,8 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const Selec
 // histogram as candidate_histogram.
 template <int kThreads>
 __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
-  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
-  __syncthreads();
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   const uint32_t mask = (1u << dg.width) - 1u;
@@ -152,14 +171,7 @@ __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const 
     for (uint32_t q = lane; 4 * q < n; q += 32) {
       const uint4 k4 = key4[q];
       const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
-      if (4 * q + 4 <= n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
-      } else {  // the segment's last, partial quad
-#pragma unroll
-        for (int e = 0; e < 3; ++e)
-          if (4 * q + e < n) atomicAdd(&S.hist[(kk[e] >> dg.shift) & mask], 1u);
-      }
+      count_quad(S.hist, kk, q, n, [&](uint32_t k) { return (k >> dg.shift) & mask; });
     }
   } else {
     const uint32_t lo = st.kprefix << st.kshift;   // the prefix's lowest key
@@ -184,10 +196,8 @@ __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const 
 constexpr int kOffsetShift = 16;
 template <int kThreads>
 __device__ inline void candidate_histogram_offset(SampledSmem<kThreads>& S, uint32_t base) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  uint4* hist4 = reinterpret_cast<uint4*>(S.hist);
-  for (int b = tid; b < kBins / 4; b += kThreads) hist4[b] = make_uint4(0u, 0u, 0u, 0u);
-  __syncthreads();
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   for (uint32_t q = lane; 4 * q < n; q += 32) {
@@ -196,14 +206,7 @@ __device__ inline void candidate_histogram_offset(SampledSmem<kThreads>& S, uint
     uint32_t d[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[e] = min((kk[e] >> kOffsetShift) - base, uint32_t(kBins - 1));
-    if (4 * q + 4 <= n) {  // whole quads: no test per entry (as candidate_histogram_lean)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) atomicAdd(&S.hist[d[e]], 1u);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 3; ++e)
-        if (4 * q + e < n) atomicAdd(&S.hist[d[e]], 1u);
-    }
+    count_quad(S.hist, d, q, n, [](uint32_t b) { return b; });
   }
   __syncthreads();
 }
