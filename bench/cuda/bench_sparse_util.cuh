@@ -16,6 +16,7 @@
 
 #include "attnserve/ops.h"
 #include "attnserve/runtime.h"
+#include "bench_spin.cuh"
 
 namespace dsa_bench {
 
@@ -112,8 +113,9 @@ inline int sets_for(std::size_t bytes_per_set) {
   return int(std::clamp<std::size_t>(want, 2, 16));
 }
 
-// Median time in microseconds of fn(i) over `reps` timed runs after `warm` warm-ups.
-inline double median_us(const std::function<void(int)>& fn, int warm = 3, int reps = 30) {
+// Median time in microseconds of fn(i) over `reps` timed runs after `warm` warm-ups; hide_host: device time
+// only (bench_spin.cuh), else the host's launch path too (an event recorded on an idle GPU).
+inline double timed_median_us(const std::function<void(int)>& fn, int warm, int reps, bool hide_host) {
   if (g_quick) reps = std::min(reps, 8);
   for (int i = 0; i < warm; ++i) fn(i);
   DSA_CK(cudaDeviceSynchronize());
@@ -122,6 +124,7 @@ inline double median_us(const std::function<void(int)>& fn, int warm = 3, int re
   DSA_CK(cudaEventCreate(&b));
   std::vector<double> v;
   for (int i = 0; i < reps; ++i) {
+    if (hide_host) attnserve::bench::hide_host_launch();
     DSA_CK(cudaEventRecord(a));
     fn(warm + i);
     DSA_CK(cudaEventRecord(b));
@@ -134,6 +137,12 @@ inline double median_us(const std::function<void(int)>& fn, int warm = 3, int re
   cudaEventDestroy(b);
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+inline double median_us(const std::function<void(int)>& fn, int warm = 3, int reps = 30) {
+  return timed_median_us(fn, warm, reps, true);
+}
+inline double median_with_host_us(const std::function<void(int)>& fn, int warm = 3, int reps = 30) {
+  return timed_median_us(fn, warm, reps, false);
 }
 
 // name | time | TFLOP/s (if flops > 0) | GB/s of the minimal bytes | note

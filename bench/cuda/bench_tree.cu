@@ -20,6 +20,7 @@
 
 #include "attnserve/backend.h"
 #include "attnserve/ops.h"
+#include "bench_spin.cuh"
 
 using namespace attnserve;
 
@@ -62,6 +63,7 @@ double median_us(const std::function<void()>& fn, int warm = 3, int reps = 30) {
   CK(cudaEventCreate(&b));
   std::vector<double> v;
   for (int i = 0; i < reps; ++i) {
+    attnserve::bench::hide_host_launch();  // device time (bench_spin.cuh)
     CK(cudaEventRecord(a));
     fn();
     CK(cudaEventRecord(b));
