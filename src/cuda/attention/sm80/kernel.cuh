@@ -506,16 +506,27 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     mx1 = ptx::quad_max(mx1);
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
+    // DIRECT: 2^x by the SFU alone (ex2.approx.ftz, ~2 ulp): its P are rounded to f16, which flushes everything
+    // ftz flushes (< 2^-126) and more; the default keeps exp2f (its bits).
+    auto exp2_ = [](float x) {
+      if constexpr (DIRECT) {
+        float y;
+        asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+        return y;
+      } else {
+        return exp2f(x);
+      }
+    };
+    const float al0 = exp2_(m0 - b0), al1 = exp2_(m1 - b1);
     m0 = mn0;
     m1 = mn1;
     float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
     for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - b0);
-      s[nt][1] = exp2f(s[nt][1] - b0);
-      s[nt][2] = exp2f(s[nt][2] - b1);
-      s[nt][3] = exp2f(s[nt][3] - b1);
+      s[nt][0] = exp2_(s[nt][0] - b0);
+      s[nt][1] = exp2_(s[nt][1] - b0);
+      s[nt][2] = exp2_(s[nt][2] - b1);
+      s[nt][3] = exp2_(s[nt][3] - b1);
       ps0 += s[nt][0] + s[nt][1];
       ps1 += s[nt][2] + s[nt][3];
     }
