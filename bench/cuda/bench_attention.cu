@@ -453,12 +453,12 @@ void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, in
         // Page runs apply from 2 load steps per page (16 slots at d 128 bf16, 32 for its 128-byte FP8 rows).
         const int runs_from = 2 * (128 / (d * (fp8 ? 1 : 2) / 16));
         char buf[160];
-        std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s%s]",
+        std::snprintf(buf, sizeof buf, "[%s splits %d stages %d mt %d ctas/SM %d%s%s%s]",
                       cuda::attn::kernel_name(cfg.kernel), cfg.num_splits, cfg.stages, cfg.mt, cfg.ctas_per_sm,
                       cfg.page_runs && ps >= runs_from ? " page-runs"
                       : cfg.lane_pages && cfg.mt == 1  ? " lane-pages"
                                                        : "",
-                      cfg.ring_counters ? " ring" : "");
+                      cfg.ring_counters ? " ring" : "", cfg.fp8_direct ? " fp8-direct" : "");
         note = buf;
         if (v.b2b > 0) {  // the host's side of one call: a burst enqueued onto a busy GPU, host clock per call
           CK(cudaDeviceSynchronize());
@@ -987,6 +987,20 @@ int main(int argc, char** argv) try {
       bench_variants("same ring fp8 b64x8K hq32 hkv8 page64", 64, 32, 8, 128, 64, 1, 8192, 1, {def, ring}, 2, true);
       bench_variants("same ring fp8 b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
                      {def, ring, rows_v, rows_ring}, 2, true);
+    }
+    // FP8 operands straight from the e4m3 bytes (Tuning::fp8_direct, session 8: ldmatrix on the raw tiles, e4m3 ->
+    // f16 in registers, no widening pass) against the widening default on the same buffers, at two and at three
+    // CTAs per SM (without conversion tiles 4 stages fit three CTAs; the widening kernel takes 2 there).
+    {
+      const Variant direct{"fp8direct", Tuning{.fp8_direct = 1}}, wide3{"ctas3", Tuning{.ctas = 3}},
+          direct3{"fp8direct ctas3", Tuning{.ctas = 3, .fp8_direct = 1}};
+      for (int ps : {1, 16, 64})
+        bench_variants("same fp8direct b64x8K hq32 hkv8 page" + std::to_string(ps), 64, 32, 8, 128, ps, 1, 8192, 1,
+                       {def, direct, wide3, direct3}, 2, true);
+      bench_variants("same fp8direct b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
+                     {def, direct, wide3, direct3}, 2, true);
+      bench_variants("same fp8direct verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1,
+                     {def, direct, wide3, direct3}, 2, true);
     }
     // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
     bench_variants("same b4x32K hq32 hkv8 page16", 4, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});

@@ -253,6 +253,47 @@ TEST(OpPlanAttention, RingCountersUnlessTurnedOffAndOnlyMt1) {
   EXPECT_EQ(cuda::attn::make_plan(wide, kH200, Tuning{.ring_counters = 1}).ring_counters, 1);
 }
 
+// FP8 operands straight from the e4m3 bytes (session 8, not measured yet): off unless asked; only FP8 caches,
+// 16-row tiles and d = d_v in {64, 128}; without conversion tiles the CTA needs less shared memory (three
+// CTAs per SM at 4 stages for d 128), and the padding keeps the epilogue's partial-O buffer inside the tiles.
+TEST(OpPlanAttention, Fp8DirectOnlyWhenAskedAndBuilt) {
+  using cuda::attn::Tuning;
+  const Problem fp8 = problem(64, 1, 8192, 128, DType::fp8_e4m3);
+  const Plan def = cuda::attn::make_plan(fp8, kH200, {}, kWithSm90);
+  EXPECT_EQ(def.fp8_direct, 0);  // auto: off until measured
+  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 0}, kWithSm90).fp8_direct, 0);
+  const Plan on = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 1}, kWithSm90);
+  EXPECT_EQ(on.fp8_direct, 1);
+  EXPECT_EQ(on.kernel, Kernel::sm80);
+  EXPECT_EQ(on.mt, 1);
+  EXPECT_EQ(on.stages, def.stages);  // max_stages_for caps both at 4
+  EXPECT_LT(on.smem, def.smem);      // no conversion tiles
+  EXPECT_EQ(on.smem, cuda::attn::smem_bytes(128, true, 1, on.stages, true));
+  const Plan on3 = cuda::attn::make_plan(fp8, kH200, Tuning{.ctas = 3, .fp8_direct = 1}, kWithSm90);
+  EXPECT_EQ(on3.ctas_per_sm, 3);
+  EXPECT_EQ(on3.stages, 4);
+  // Not built: bf16 caches, d 256, 64-row tiles, d_v != d.
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192), kH200, Tuning{.fp8_direct = 1}, kWithSm90).fp8_direct, 0);
+  EXPECT_EQ(
+      cuda::attn::make_plan(problem(64, 1, 8192, 256, DType::fp8_e4m3), kH200, Tuning{.fp8_direct = 1}).fp8_direct, 0);
+  EXPECT_EQ(
+      cuda::attn::make_plan(problem(4, 1024, 4096, 128, DType::fp8_e4m3), kH200, Tuning{.fp8_direct = 1}).fp8_direct,
+      0);
+  EXPECT_EQ(
+      cuda::attn::make_plan(problem(64, 1, 8192, 192, DType::fp8_e4m3, 128), kH200, Tuning{.fp8_direct = 1}).fp8_direct,
+      0);
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192, 64, DType::fp8_e4m3), kH200, Tuning{.fp8_direct = 1}).fp8_direct,
+            1);
+  // The direct kernel's K/V stage tiles plus padding always hold the epilogue's [64][d + 8] f32 buffer.
+  for (int d : {64, 128})
+    for (int stages = 2; stages <= cuda::attn::kMaxStages; ++stages)
+      EXPECT_GE(std::size_t(stages) * 2 * 64 * d + cuda::attn::conv_bytes(d, true, 1, stages, true),
+                cuda::attn::epilogue_bytes(d));
+  EXPECT_EQ(cuda::attn::conv_bytes(128, true, 1, 2, true), cuda::attn::epilogue_bytes(128) - 2 * 2 * 64 * 128);
+  EXPECT_EQ(cuda::attn::conv_bytes(128, true, 1, 4, true), 0u);
+  EXPECT_EQ(cuda::attn::conv_bytes(128, true, 1, 4, false), 2u * 64 * 128 * 2);  // the widening kernel's tiles
+}
+
 TEST(OpPlanAttention, DeterministicSplitSizeTuningRoundsToTiles) {
   Problem p = problem(3, 1, 8192);
   p.deterministic = true;

@@ -157,18 +157,91 @@ TEST(GpuAttention, Fp8KvWithDescale) {
   auto g = rng_for_test();
   for (DType t : {DType::bf16, DType::f16}) {
     for (int d : {64, 128, 256}) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + " d " + std::to_string(d));
-      AttnSpec s;
-      s.dtype = t;
-      s.fp8 = true;
-      s.descale = true;
-      s.d = d;
-      s.q_lens = {1, 1, 4, 23};
-      s.k_lens = with_prefix(g, s.q_lens, 500);
-      s.h_q = 8;
-      s.h_kv = 2;
-      check_case(s, g);
+      // fp8_direct 1: the e4m3 operands read straight (16-row tiles; d 256 keeps the widening kernel)
+      for (int direct : {-1, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " d " + std::to_string(d) + (direct > 0 ? " fp8_direct" : ""));
+        AttnSpec s;
+        s.dtype = t;
+        s.fp8 = true;
+        s.descale = true;
+        s.d = d;
+        s.q_lens = {1, 1, 4, 23};
+        s.k_lens = with_prefix(g, s.q_lens, 500);
+        s.h_q = 8;
+        s.h_kv = 2;
+        if (direct > 0) {
+          s.tuning.mt = 1;  // 23 x 4 packed rows would pick 64-row tiles
+          s.tuning.fp8_direct = 1;
+        }
+        check_case(s, g);
+        if (direct > 0) {
+          AttnCase c(s, g);
+          EXPECT_EQ(plan_of(c, s.tuning).fp8_direct, d <= 128 ? 1 : 0);
+        }
+      }
     }
+  }
+}
+
+// FP8 operands straight from the e4m3 bytes (Tuning::fp8_direct: ldmatrix on the raw tiles, e4m3 -> f16 in
+// registers, f16 tensor cores for both products; 16-row tiles, d = d_v in {64, 128}) against the oracle: decode
+// and verify rows, page sizes 1 / 16 / 64 (lane page ids, runs) and 5 (divisions), GQA 1 / 4 / 8 / 16, bf16 and
+// f16 q, descales, forced splits (the partials' column order), zero-length and one-token requests, partial last
+// pages, softcap, a window, the deterministic mode, three CTAs per SM, pipeline depths 2..4. check_case also runs
+// each with lane page ids off and ring counters off (the same direct kernel: identical bits required). Not the
+// widening kernel's bits (q and P in f16, another summation order inside each 16-d block).
+TEST(GpuAttention, Fp8DirectOperands) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Case {
+    int ps, d, hq, hkv, q_len, splits, ctas, stages;
+    DType dtype;
+    float softcap;
+    int window;
+    bool deterministic;
+  };
+  for (const Case k : {Case{16, 128, 32, 8, 1, 0, 0, 0, DType::bf16, 0.f, -1, false},
+                       Case{1, 128, 32, 8, 1, 3, 0, 0, DType::bf16, 0.f, -1, false},
+                       Case{64, 128, 32, 8, 1, 2, 0, 0, DType::f16, 0.f, -1, false},
+                       Case{16, 128, 16, 4, 4, 0, 0, 0, DType::bf16, 0.f, -1, false},    // verify 4: 16 rows
+                       Case{64, 64, 16, 4, 4, 5, 0, 3, DType::f16, 30.f, -1, false},     // softcap, 3 stages
+                       Case{1, 64, 8, 8, 1, 0, 0, 2, DType::bf16, 0.f, -1, false},       // GQA 1, 2 stages (padded)
+                       Case{16, 64, 32, 4, 1, 0, 0, 0, DType::bf16, 0.f, 300, false},    // GQA 8, window
+                       Case{5, 128, 16, 1, 1, 2, 0, 0, DType::f16, 0.f, -1, false},      // GQA 16, divisions
+                       Case{16, 128, 32, 8, 1, 3, 3, 0, DType::bf16, 0.f, -1, false},    // 3 CTAs per SM
+                       Case{32, 128, 16, 2, 2, 0, 0, 2, DType::bf16, 0.f, -1, false},    // runs, 2 stages (padded)
+                       Case{16, 128, 32, 8, 1, 0, 0, 0, DType::bf16, 0.f, -1, true}}) {  // deterministic
+    SCOPED_TRACE("page_size " + std::to_string(k.ps) + " d " + std::to_string(k.d) + " h " + std::to_string(k.hq) +
+                 "/" + std::to_string(k.hkv) + " q_len " + std::to_string(k.q_len) + " splits " +
+                 std::to_string(k.splits) + " ctas " + std::to_string(k.ctas) + " " + std::string(dtype_name(k.dtype)) +
+                 (k.deterministic ? " deterministic" : ""));
+    AttnSpec s;
+    s.dtype = k.dtype;
+    s.fp8 = true;
+    s.descale = true;
+    s.q_lens = {k.q_len, k.q_len, 1, 1, 1};
+    s.k_lens = {1500, 700, 1, 0, 2 * k.ps + 3};  // one token, none, a partial last page
+    s.h_q = k.hq;
+    s.h_kv = k.hkv;
+    s.d = k.d;
+    s.page_size = k.ps;
+    s.softcap = k.softcap;
+    s.window_left = k.window;
+    s.deterministic = k.deterministic;
+    if (k.deterministic) s.tuning.split_keys = 512;
+    s.tuning.num_splits = k.splits;
+    s.tuning.ctas = k.ctas;
+    s.tuning.stages = k.stages;
+    s.tuning.mt = 1;
+    s.tuning.fp8_direct = 1;
+    check_case(s, g);
+    AttnCase c(s, g);
+    const auto plan = plan_of(c, s.tuning);
+    EXPECT_EQ(plan.kernel, cuda::attn::Kernel::sm80);  // the path under test runs: portable kernel,
+    EXPECT_EQ(plan.mt, 1);                             // 16-row tiles,
+    EXPECT_EQ(plan.fp8_direct, 1);                     // direct operands
+    if (k.ctas == 3) EXPECT_EQ(plan.ctas_per_sm, 3);
+    if (k.stages > 0) EXPECT_EQ(plan.stages, k.stages);
   }
 }
 

@@ -158,9 +158,10 @@ struct Refs {
   double err_f32 = 0, err_model = 0, err_f32_lse = 0;
 };
 
-// Checks each kernel of `kernels` (Tuning::sm90 value, the plan's kernel it must run) on one case.
-void check_fp8(const Fp8Spec& fs, std::mt19937_64& g,
-               std::initializer_list<std::pair<int, cuda::attn::Kernel>> kernels) {
+// Checks each kernel of `kernels` (Tuning::sm90 value, the plan's kernel it must run) on one case; fp8_direct:
+// Tuning::fp8_direct of every run (1: the plan must take the direct FP8 operands).
+void check_fp8(const Fp8Spec& fs, std::mt19937_64& g, std::initializer_list<std::pair<int, cuda::attn::Kernel>> kernels,
+               int fp8_direct = -1) {
   const AttnSpec& s = fs.base;
   Fp8Case fc(fs, g);
   const AttnCase& c = fc.c;
@@ -200,9 +201,11 @@ void check_fp8(const Fp8Spec& fs, std::mt19937_64& g,
     const double tol_lse = 2 * ref.err_f32_lse + (hopper ? 1.0 / 4096 : 1e-5);
     cuda::attn::Tuning tune;
     tune.sm90 = sm90;
+    tune.fp8_direct = fp8_direct;
     const Run first = run_gpu(fc, s, tune);
     ASSERT_EQ(int(first.plan.kernel), int(expect_kernel))
         << "the plan runs " << cuda::attn::kernel_name(first.plan.kernel);
+    if (fp8_direct > 0) EXPECT_EQ(first.plan.fp8_direct, 1) << "the direct FP8 operands do not run";
     const double err = rel_l2(rows_of(first.out), ref.out);
     EXPECT_LE(err, tol) << "out: rel_l2 " << err << " vs tolerance " << tol << " (P-rounding model " << ref.err_model
                         << ", f32 oracle " << ref.err_f32 << ")";
@@ -322,4 +325,33 @@ TEST(GpuAttentionFp8, DescalesAndF16Out) {
   Fp8Spec f16 = prefill(400, 16, 4, 16);
   f16.base.dtype = DType::f16;
   check_both(f16, g);
+}
+
+// Decode and verify with an fp8 q on the portable kernel (q widened exactly to out's dtype): the widening kernel
+// and the direct FP8 operands (Tuning::fp8_direct, 16-row tiles, d 64 / 128), GQA 1 / 4 / 8, pages 1 / 16 / 64,
+// bf16 and f16 out, forced splits, zero-length and one-token requests.
+TEST(GpuAttentionFp8, DecodeVerifyPortableDirectOperands) {
+  ATTNSERVE_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Case {
+    int ps, d, hq, hkv, q_len;
+    DType out;
+  };
+  for (const Case k : {Case{16, 128, 32, 8, 1, DType::bf16}, Case{1, 128, 8, 8, 1, DType::f16},
+                       Case{64, 64, 16, 4, 4, DType::bf16}, Case{16, 64, 32, 4, 1, DType::f16}}) {
+    SCOPED_TRACE("page " + std::to_string(k.ps) + " d " + std::to_string(k.d) + " h " + std::to_string(k.hq) + "/" +
+                 std::to_string(k.hkv) + " q_len " + std::to_string(k.q_len));
+    Fp8Spec f;
+    f.base.dtype = k.out;
+    f.base.q_lens = {k.q_len, k.q_len, 1, 1};
+    f.base.k_lens = {1200, 333, 0, 1};
+    f.base.h_q = k.hq;
+    f.base.h_kv = k.hkv;
+    f.base.d = k.d;
+    f.base.page_size = k.ps;
+    for (int direct : {0, 1}) {
+      SCOPED_TRACE(direct ? "fp8_direct" : "widening");
+      check_fp8(f, g, {{0, cuda::attn::Kernel::sm80}}, direct);
+    }
+  }
 }

@@ -128,6 +128,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   c.mt = p.deterministic ? 1 : (rows_max <= 16 ? 1 : 4);
   if (!p.deterministic && (tune.mt == 1 || tune.mt == 4)) c.mt = tune.mt;
   c.m_blocks = ceil_div(rows_max, 16 * c.mt);
+  // FP8 operands straight from the e4m3 bytes: opt-in (auto = off until measured), where it is built.
+  c.fp8_direct = tune.fp8_direct > 0 && fp8 && supports_fp8_direct(p.d, p.d_v, c.mt) ? 1 : 0;
+  const bool direct = c.fp8_direct != 0;
 
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
   // Tuning::ctas = 3 (MT = 1, d <= 128): the deepest that lets three share one (2 stages at d 128).
@@ -138,15 +141,15 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   const int smax = max_stages_for(row, fp8);
   c.stages = 0;
   for (int s = smax; s >= 2 && !c.stages && want3; --s)
-    if (smem_bytes(row, fp8, c.mt, s) <= three_ctas) c.stages = s;
+    if (smem_bytes(row, fp8, c.mt, s, direct) <= three_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
-    if (smem_bytes(row, fp8, c.mt, s) <= two_ctas) c.stages = s;
+    if (smem_bytes(row, fp8, c.mt, s, direct) <= two_ctas) c.stages = s;
   for (int s = smax; s >= 2 && !c.stages; --s)
-    if (smem_bytes(row, fp8, c.mt, s) <= per_block) c.stages = s;
+    if (smem_bytes(row, fp8, c.mt, s, direct) <= per_block) c.stages = s;
   if (tune.stages >= 2 && tune.stages <= kMaxStages) c.stages = tune.stages;
-  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(row, fp8, c.mt, 2),
+  ATTNSERVE_CHECK(c.stages >= 2, kOp, ": head dim ", d, " needs ", smem_bytes(row, fp8, c.mt, 2, direct),
                   " bytes of shared memory per block, the device allows ", per_block);
-  c.smem = smem_bytes(row, fp8, c.mt, c.stages);
+  c.smem = smem_bytes(row, fp8, c.mt, c.stages, direct);
   // Three CTAs per SM also need the 168-register kernel (launch: __launch_bounds__(128, 3)).
   c.ctas_per_sm = want3 && c.smem <= three_ctas ? 3 : c.smem <= two_ctas ? 2 : 1;
   const int ctas_per_sm = c.ctas_per_sm;
@@ -178,7 +181,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).
   const bool tuned = tune.mt != 0 || tune.stages != 0 || tune.num_splits != 0 || tune.ctas != 0 ||
-                     tune.page_runs >= 0 || tune.lane_pages >= 0 || tune.ring_counters >= 0;
+                     tune.page_runs >= 0 || tune.lane_pages >= 0 || tune.ring_counters >= 0 || tune.fp8_direct >= 0;
   // Auto picks kPingPong: measured fastest on the H200 (553 TFLOP/s at b1 x 8K against 525 for
   // kWarpSpecialized and 406 for kCoop in one run, bench/NOTES.md "Session 3"); Tuning::sm90 = 1..4
   // forces one.
@@ -188,6 +191,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   if (want90 && p.dtype == DType::fp8_e4m3) {
     if (sm90_fp8_supports(p, caps, targets)) {
       c.kernel = Kernel::sm90_fp8;
+      c.fp8_direct = 0;  // the portable kernel's switch
       c.num_splits = 1;
       c.split_keys = 0;
       c.m_blocks = ceil_div(rows_max, attn90::kRows);

@@ -55,6 +55,7 @@ struct Plan {
   int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
   int lane_pages = 0;        // sm80: where runs do not apply, one lane per key row looks up its page id
   int ring_counters = 0;     // sm80, MT = 1: the lean key loop (Tuning::ring_counters; pages < 4 GiB)
+  int fp8_direct = 0;        // sm80, FP8 KV: MMA operands straight from the e4m3 bytes (Tuning::fp8_direct)
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
@@ -91,6 +92,11 @@ struct Tuning {
   // page products (pages of < 4 GiB), and O's rescale is skipped in tiles that raise no row's max of the
   // warp (every factor exactly 1); FP8's e4m3 widening unrolled. Same loads and arithmetic: same bits.
   int ring_counters = -1;
+  // Portable kernel on an FP8 (e4m3) cache, 16-row tiles (decode / verify), d = d_v in {64, 128}: -1 auto (off
+  // until measured), 0 off, 1 on: the S and P V operands are read straight from the raw e4m3 tiles (ldmatrix on
+  // the bytes, e4m3 -> f16 in registers) instead of a widening pass into T tiles; both products on f16 tensor
+  // cores (q converted to f16 once, saturating at +-65504; P in f16). Not the default's bits.
+  int fp8_direct = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.

@@ -44,11 +44,29 @@ constexpr int max_stages_for(int d, bool fp8) {
   return s < 4 ? s : 4;
 }
 
+// FP8 KV with the MMA operands straight from the e4m3 bytes (Plan::fp8_direct, kernel flag DIRECT): no
+// widening pass, no conversion tiles. Built for 16-row tiles (decode / verify), d = d_v in {64, 128} (Q's
+// f16 fragments held in registers); other shapes keep the widening kernel.
+constexpr bool supports_fp8_direct(int d, int d_v, int mt) { return mt == 1 && d == d_v && (d == 64 || d == 128); }
+
+// The epilogue's f32 partial-O buffer ([4 slices or warps][16 * mt][d_v + 8], kernel.cuh's sO), laid over the
+// K/V tiles: the direct FP8 kernel, with no conversion tiles behind them, pads the tiles up to it.
+constexpr std::size_t epilogue_bytes(int d_v) { return std::size_t(64) * (d_v + 8) * 4; }
+
+// Bytes between the K/V stage tiles and the statistics: the FP8 conversion tiles (widening kernel), or the
+// direct FP8 kernel's padding up to the epilogue buffer (d: row_elems(d, d_v) = d_v there), else none.
+constexpr std::size_t conv_bytes(int d, bool fp8, int mt, int stages, bool direct) {
+  if (!fp8) return 0;
+  if (!direct) return 2 * std::size_t(tile_keys(mt)) * d * 2;
+  const std::size_t tiles = std::size_t(stages) * 2 * tile_keys(mt) * d;
+  return tiles < epilogue_bytes(d) ? epilogue_bytes(d) - tiles : 0;
+}
+
 // Shared memory of one CTA (bytes); the kernel lays it out the same way. d: row_elems(d, d_v).
-constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages) {
+constexpr std::size_t smem_bytes(int d, bool fp8, int mt, int stages, bool direct = false) {
   const std::size_t q = std::size_t(16 * mt) * d * 2;
   const std::size_t raw_tile = std::size_t(tile_keys(mt)) * d * (fp8 ? 1 : 2);
-  const std::size_t conv = fp8 ? 2 * std::size_t(tile_keys(mt)) * d * 2 : 0;
+  const std::size_t conv = conv_bytes(d, fp8, mt, stages, direct);
   const std::size_t stats = 640 * 4;
   const std::size_t page_ring = std::size_t(2 * stages) * kTileKeys * 4;
   return q + std::size_t(stages) * 2 * raw_tile + conv + stats + page_ring;

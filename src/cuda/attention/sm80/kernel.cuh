@@ -17,7 +17,9 @@
 // chunk past a tensor's own head dim is not loaded (d 96: 12 of 16 chunks) and never read.
 //
 // FP8 KV: the e4m3 tile lands in shared memory as bytes and is widened to T (exact) before the
-// tensor cores read it; k_descale scales the scores and v_descale the output.
+// tensor cores read it; k_descale scales the scores and v_descale the output. DIRECT (Plan::fp8_direct,
+// 16-row tiles, d = d_v in {64, 128}): no widening pass; the MMA operands come from ldmatrix reads of the raw
+// (swizzled) e4m3 tiles, converted to f16 in registers, both products on f16 tensor cores (fp8_operands.cuh).
 //
 // Tried and measured (bench/NOTES.md, session 2): one sm_90 bulk copy (cp.async.bulk on an mbarrier)
 // per token row instead of 16-byte cp.async chunks ran decode at 3107 GB/s against 3915: removed.
@@ -27,6 +29,7 @@
 #include <cuda_fp8.h>
 
 #include "cuda/attention/sm80/attention_sm80.h"
+#include "cuda/attention/sm80/fp8_operands.cuh"
 #include "cuda/common/masking.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
@@ -88,10 +91,19 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
 // ring_counters_apply); O's rescale is skipped when no row of the warp raised its max (every factor
 // exactly 1); FP8's widening loop is unrolled. Same slots, same loads, same arithmetic: the bits equal
 // RC = false's (tested).
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC>
+// DIRECT (FP8 only, Plan::fp8_direct): S and P V read the raw e4m3 tiles (swizzled by fp8_swz) as f16 operands.
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC, bool DIRECT = false>
 __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(const Params p) {
   static_assert(!RC || MT == 1, "ring counters: decode / verify tiles only");
+  static_assert(!DIRECT || (FP8 && supports_fp8_direct(D, DV, MT)), "direct FP8 operands: see supports_fp8_direct");
   using Tr = Traits<T, D, DV, FP8, MT>;
+  static_assert(!DIRECT || (Tr::kQInRegs && Tr::NKW == 16 && Tr::kP == D), "direct: Q in registers, 16-key slices");
+  // The raw K/V tile's byte offset of chunk c of row r (DIRECT: swizzled for its ldmatrix reads).
+  auto raw_off = [](int r, int c) {
+    if constexpr (!FP8) return swz<Tr::kRawRowBytes>(r, c);
+    else if constexpr (DIRECT) return fp8_swz<Tr::kRawRowBytes>(r, c);
+    else return uint32_t(r * Tr::kRawRowBytes + c * 16);
+  };
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int mb = blockIdx.x;
@@ -130,7 +142,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   char* sQ = smem;
   char* sKV = smem + Tr::kQBytes;  // stages x {K, V} raw tiles
   char* sConv = sKV + p.stages * 2 * Tr::kRawTileBytes;
-  float* sStat = reinterpret_cast<float*>(sConv + Tr::kConvBytes);
+  // DIRECT: no conversion tiles, the padding (if any) that makes room for the epilogue's sO (config.h)
+  const int conv = DIRECT ? int(conv_bytes(Tr::kP, true, MT, p.stages, true)) : Tr::kConvBytes;
+  float* sStat = reinterpret_cast<float*>(sConv + conv);
   float* sM = sStat;               // [4][64]
   float* sL = sStat + 256;         // [4][64]
   float* sRowScale = sStat + 512;  // [64]
@@ -206,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
         const int page = pages[pi - p0];
         if (page >= 0 && page < p.num_pages) slot = page * p.page_size + in_page;
       }
-      const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
+      const uint32_t off = raw_off(row, lch);
       const int bytes = slot >= 0 ? 16 : 0;
       const int64_t s = slot >= 0 ? slot : 0;
       if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * p.k_stok, bytes);
@@ -252,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
           for (int r = 0; r < RUN; ++r) {
             const int i = g * RUN + r, row = lrow0 + i * Tr::kLoadStep;
             const int bytes = page_ok && j0 + row < k_end ? 16 : 0;
-            const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
+            const uint32_t off = raw_off(row, lch);
             if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), k_row + r * k_step, bytes);
             if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), v_row + r * v_step, bytes);
           }
@@ -283,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       for (int i = 0; i < Tr::kRowsPerThread; ++i) {
         const int row_slot = __shfl_sync(0xffffffffu, slot, i, Tr::kRawChunks);
         const int row = lrow0 + i * Tr::kLoadStep;
-        const uint32_t off = FP8 ? uint32_t(row * Tr::kRawRowBytes + lch * 16) : swz<Tr::kRawRowBytes>(row, lch);
+        const uint32_t off = raw_off(row, lch);
         const int bytes = row_slot >= 0 ? 16 : 0;
         const uint64_t s = uint32_t(max(row_slot, 0));  // zero-extended: no sign word in the products
         if (narrow) {                                   // one IMAD.WIDE.U32 per row and tensor
@@ -353,7 +367,10 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   ptx::cp_async_wait<0>();
   __syncthreads();
   const uint32_t sQa = ptx::smem_addr(sQ);
-  if constexpr (Tr::kQInRegs) {
+  if constexpr (DIRECT) {  // f16 fragments in the K fragments' d order (fp8_operands.cuh)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) q_fragments<T, Tr::kRowBytes>(sQ, mt * 16, kk, lane, qf[kk]);
+  } else if constexpr (Tr::kQInRegs) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       ptx::ldmatrix_x4(sQa + swz<Tr::kRowBytes>(mt * 16 + (lane & 15), 2 * kk + (lane >> 4)), qf[kk][0], qf[kk][1],
@@ -382,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
 
     const char* tK = sKV + (RC ? cs : t % p.stages) * 2 * Tr::kRawTileBytes;
     const char* tV = tK + Tr::kRawTileBytes;
-    if constexpr (FP8) {  // widen e4m3 -> T into the swizzled conversion tiles
+    if constexpr (FP8 && !DIRECT) {  // widen e4m3 -> T into the swizzled conversion tiles
       char* cK = sConv;
       char* cV = sConv + Tr::kTile * Tr::kRowBytes;
       // One 16-byte chunk (row, c) of tensor `which`: 16 e4m3 -> 16 T (exact), two swizzled 16-byte stores.
@@ -426,8 +443,23 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     float s[Tr::NKW / 8][4];
 #pragma unroll
     for (int i = 0; i < Tr::NKW / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    if constexpr (DIRECT) {
+      // Per pair of 16-byte chunks: one ldmatrix x4 = {keys 0-7, 8-15} x {chunk 2 c2, 2 c2 + 1} of the slice.
+      const int krow = ks * Tr::NKW + (lane & 15);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+      for (int c2 = 0; c2 < D / 32; ++c2) {
+        uint32_t w[4], b[4][2];
+        ptx::ldmatrix_x4(sKa + fp8_swz<Tr::kRawRowBytes>(krow, 2 * c2 + (lane >> 4)), w[0], w[1], w[2], w[3]);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) k_fragment(w[m], b[m][0], b[m][1]);
+        ptx::mma_16816<__half>(s[0], qf[2 * c2], b[0][0], b[0][1]);
+        ptx::mma_16816<__half>(s[1], qf[2 * c2], b[1][0], b[1][1]);
+        ptx::mma_16816<__half>(s[0], qf[2 * c2 + 1], b[2][0], b[2][1]);
+        ptx::mma_16816<__half>(s[1], qf[2 * c2 + 1], b[3][0], b[3][1]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < (DIRECT ? 0 : D / 16); ++kk) {
       uint32_t a[4];
       if constexpr (Tr::kQInRegs) {
         a[0] = qf[kk][0];
@@ -474,16 +506,27 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     mx1 = ptx::quad_max(mx1);
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
+    // DIRECT: 2^x by the SFU alone (ex2.approx.ftz, ~2 ulp): its P are rounded to f16, which flushes everything
+    // ftz flushes (< 2^-126) and more; the default keeps exp2f (its bits).
+    auto exp2_ = [](float x) {
+      if constexpr (DIRECT) {
+        float y;
+        asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+        return y;
+      } else {
+        return exp2f(x);
+      }
+    };
+    const float al0 = exp2_(m0 - b0), al1 = exp2_(m1 - b1);
     m0 = mn0;
     m1 = mn1;
     float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
     for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - b0);
-      s[nt][1] = exp2f(s[nt][1] - b0);
-      s[nt][2] = exp2f(s[nt][2] - b1);
-      s[nt][3] = exp2f(s[nt][3] - b1);
+      s[nt][0] = exp2_(s[nt][0] - b0);
+      s[nt][1] = exp2_(s[nt][1] - b0);
+      s[nt][2] = exp2_(s[nt][2] - b1);
+      s[nt][3] = exp2_(s[nt][3] - b1);
       ps0 += s[nt][0] + s[nt][1];
       ps1 += s[nt][2] + s[nt][3];
     }
@@ -503,8 +546,30 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     }
 
     // O += P V
+    if constexpr (DIRECT) {  // P in f16; o[2c] / o[2c + 1]: the even / odd columns of chunk c (fp8_operands.cuh)
+      uint32_t a[4];
+      a[0] = ptx::pack2<__half>(s[0][0], s[0][1]);
+      a[1] = ptx::pack2<__half>(s[0][2], s[0][3]);
+      a[2] = ptx::pack2<__half>(s[1][0], s[1][1]);
+      a[3] = ptx::pack2<__half>(s[1][2], s[1][3]);
+      const int vrow = ks * Tr::NKW + (lane & 15);
 #pragma unroll
-    for (int kk = 0; kk < Tr::NKW / 16; ++kk) {
+      for (int c2 = 0; c2 < DV / 32; ++c2) {
+        uint32_t w[4];  // {keys 0-7, keys 8-15} x {chunk 2 c2, 2 c2 + 1}
+        ptx::ldmatrix_x4_trans(sVa + fp8_swz<Tr::kRawRowBytes>(vrow, 2 * c2 + (lane >> 4)), w[0], w[1], w[2], w[3]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int c = 2 * c2 + h;
+          uint32_t even0, odd0, even1, odd1;
+          v_pairs(w[2 * h], even0, odd0);      // keys 2t, 2t+1: b0
+          v_pairs(w[2 * h + 1], even1, odd1);  // keys 2t+8, 2t+9: b1
+          ptx::mma_16816<__half>(o[2 * c], a, even0, even1);
+          ptx::mma_16816<__half>(o[2 * c + 1], a, odd0, odd1);
+        }
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < (DIRECT ? 0 : Tr::NKW / 16); ++kk) {
       uint32_t a[4];
       a[0] = ptx::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
       a[1] = ptx::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
@@ -550,10 +615,21 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     }
     const float f0 = m0 == -INFINITY ? 0.f : exp2f(m0 - M0);
     const float f1 = m1 == -INFINITY ? 0.f : exp2f(m1 - M1);
+    if constexpr (DIRECT) {  // (even c0, odd c0, even c1, odd c1) = columns 16c + 4t .. 4t+3
+      float* o0 = sO + (ks * Tr::kRows + rr0) * Tr::kOStride + 4 * (lane & 3);
+      float* o1 = sO + (ks * Tr::kRows + rr1) * Tr::kOStride + 4 * (lane & 3);
+#pragma unroll
+      for (int c = 0; c < DV / 16; ++c) {
+        const float* e = o[2 * c];
+        const float* d = o[2 * c + 1];
+        *reinterpret_cast<float4*>(o0 + 16 * c) = make_float4(e[0] * f0, d[0] * f0, e[1] * f0, d[1] * f0);
+        *reinterpret_cast<float4*>(o1 + 16 * c) = make_float4(e[2] * f1, d[2] * f1, e[3] * f1, d[3] * f1);
+      }
+    }
     float* o0 = sO + (ks * Tr::kRows + rr0) * Tr::kOStride + dh * Tr::DW + 2 * (lane & 3);
     float* o1 = sO + (ks * Tr::kRows + rr1) * Tr::kOStride + dh * Tr::DW + 2 * (lane & 3);
 #pragma unroll
-    for (int i = 0; i < Tr::DW / 8; ++i) {
+    for (int i = 0; i < (DIRECT ? 0 : Tr::DW / 8); ++i) {
       *reinterpret_cast<float2*>(o0 + i * 8) = make_float2(o[i][0] * f0, o[i][1] * f0);
       *reinterpret_cast<float2*>(o1 + i * 8) = make_float2(o[i][2] * f1, o[i][3] * f1);
     }
@@ -618,9 +694,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   }
 }
 
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC>
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC, bool DIRECT>
 void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS, RC>;
+  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS, RC, DIRECT>;
   static bool configured = [&] {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -634,12 +710,12 @@ void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream
   kernel<<<grid, kThreads, c.smem, stream>>>(p);
 }
 
-template <typename T, int D, int DV, bool FP8, int MT, bool RC>
+template <typename T, int D, int DV, bool FP8, int MT, bool RC, bool DIRECT = false>
 void launch_rc(const Params& p, const Config& c, int batch, cudaStream_t stream) {
   if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
-    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3, RC>(p, c, batch, stream);
+    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3, RC, DIRECT>(p, c, batch, stream);
   }
-  launch_occ<T, D, DV, FP8, MT, 1, RC>(p, c, batch, stream);
+  launch_occ<T, D, DV, FP8, MT, 1, RC, DIRECT>(p, c, batch, stream);
 }
 
 // The ring-counter kernel's 32-bit page products: a page's bytes fit 32 bits (the plan checks the same).
@@ -650,6 +726,13 @@ inline bool ring_counters_apply(const Params& p) {
 
 template <typename T, int D, int DV, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
+  if constexpr (FP8 && supports_fp8_direct(D, DV, MT)) {
+    if (c.fp8_direct) {
+      if (c.ring_counters && ring_counters_apply(p))
+        return launch_rc<T, D, DV, FP8, MT, true, true>(p, c, batch, stream);
+      return launch_rc<T, D, DV, FP8, MT, false, true>(p, c, batch, stream);
+    }
+  }
   if constexpr (MT == 1) {
     if (c.ring_counters && ring_counters_apply(p)) return launch_rc<T, D, DV, FP8, MT, true>(p, c, batch, stream);
   }
