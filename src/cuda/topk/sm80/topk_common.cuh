@@ -39,6 +39,7 @@ struct TopkParams {
   int lean_emit;     // the kept-masks emit's lean stores where they apply (Emit::kept_masks_lean)
   int lean_select;   // the sampled kernel's key-digit histograms without a branch per entry (Plan::lean_select)
   int offset_digit;  // the sampled regime's candidates: first digit relative to the threshold (Plan::offset_digit)
+  int fused_count;   // the streaming kernel counts the offset digit's histogram in its filter (Plan::fused_count)
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,

@@ -229,15 +229,18 @@ __device__ __forceinline__ SelectDigit select_digit_after_offset(int pass) {
 // floor_key (block-uniform, with_pos only; 0: none): every entry's key is >= it, and the first digit is the
 // offset digit (candidate_histogram_offset); a k-th entry in its top bin restarts from the standard digits.
 // Either way the same entries are at_or_above() the result.
+// offset_hist_ready (block-uniform, with floor_key only): S.hist already holds the offset digit's histogram of the
+// segments (the streaming filter's fused count), so its pass starts at find_bin.
 template <int kThreads>
 __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos,
-                                                bool lean = false, uint32_t floor_key = 0) {
+                                                bool lean = false, uint32_t floor_key = 0,
+                                                bool offset_hist_ready = false) {
   SelectState st;
   const uint32_t r = need;
   bool after_offset = false;
   if (floor_key != 0) {
     const uint32_t base = floor_key >> kOffsetShift;
-    candidate_histogram_offset<kThreads>(S, base);
+    if (!offset_hist_ready) candidate_histogram_offset<kThreads>(S, base);
     const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
     if (pick.digit < uint32_t(kBins - 1)) {  // else the k-th is above the digit's range: the standard passes
       need -= pick.above;
@@ -300,6 +303,19 @@ __device__ __forceinline__ void prefetch_steps_l2(const float4* q4, int32_t nq, 
   if ((lane >> 2) >= n) return;
   const int32_t q = (first + (lane >> 2) * stride) * 32 + (lane & 3) * 8;  // 8 quads: one 128-byte line
   if (q < nq) asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(q4 + q)));
+}
+
+// ---- the streaming filter (kStream kernels: topk_op::Tuning::stream, session 8)
+// Each thread keeps kStreamRing 16-byte cp.async copies of its own next quads in flight in a ring after
+// SampledSmem ([kStreamRing][kThreads] quads: lane-contiguous, no bank conflict); the filter takes two quads (8 values)
+// a turn and refills their slots with the quads two turns ahead. The first two turns are issued right after the
+// sample's loads, so they land while the threshold is found. A thread reads only the slots it filled itself
+// (cp.async.wait_group makes them visible to it): no barrier.
+constexpr int kStreamRing = 4;  // = topk_op::kStreamRingQuads (topk.cu static_asserts the shared-memory size)
+
+// The offset digit's bin of a candidate key (candidate_histogram_offset's: key >= the threshold, base = t >> 16).
+__device__ __forceinline__ uint32_t offset_bin(uint32_t key, uint32_t base) {
+  return min((key >> kOffsetShift) - base, uint32_t(kBins - 1));
 }
 
 // ---- thread-block clusters (sm_90; compiled out below, where every launch is one CTA per row)
@@ -497,14 +513,17 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
 }
 
 // One row per CTA (grid = rows), or one row per cluster of nranks CTAs (grid = rows * nranks, sm_90).
-// kKeepMasks: the emit's variant (emit_selected).
-template <int kThreads, int kUnroll, bool kKeepMasks>
+// kKeepMasks: the emit's variant (emit_selected). kStream: the streaming filter (above; its dynamic shared memory
+// is SampledSmem plus the ring), which stores the candidates as keys; no L2 prefetch.
+template <int kThreads, int kUnroll, bool kKeepMasks, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     topk_sampled_kernel(const __grid_constant__ TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
   static_assert(kUnroll % 2 == 0, "values are compacted 8 per lane");
   extern __shared__ uint4 smem_raw[];
   SampledSmem<kThreads>& S = *reinterpret_cast<SampledSmem<kThreads>*>(smem_raw);
+  static_assert(sizeof(SampledSmem<kThreads>) % 16 == 0, "the ring starts 16-byte aligned");
+  uint4* const ring = smem_raw + sizeof(SampledSmem<kThreads>) / 16;  // kStream: [kStreamRing][kThreads]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned lanes_below = (1u << lane) - 1u;
   const uint32_t nranks = cluster_ctas(), rank = cluster_rank();  // 1, 0 without a cluster launch
@@ -531,8 +550,9 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   const int32_t steps = (nq + 31) >> 5;  // 32 quads (128 values) per step; warp w takes steps w, w + kWarps, ...
   uint32_t* seg_bits = S.bits + warp * kSegCap;
   uint32_t* seg_pos = S.pos + warp * kSegCap;
-  uint32_t cnt = 0;         // warp-uniform: entries of this warp's segment
-  uint32_t cand_floor = 0;  // the sampled regime's threshold key t (> 0: every candidate's key is >= it)
+  uint32_t cnt = 0;                // warp-uniform: entries of this warp's segment
+  uint32_t cand_floor = 0;         // the sampled regime's threshold key t (> 0: every candidate's key is >= it)
+  bool offset_hist_ready = false;  // kStream, fused count: S.hist holds the offset digit's histogram
 
   // Appends the lanes' flagged values (warp-synchronous), in lane order.
   auto push1 = [&](bool cand, float x, uint32_t pos) {
@@ -593,16 +613,30 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     }
     const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
     const int32_t first_step = int32_t(rank) * kWarps + warp;
-    // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
-    // behind the prefetches (ptxas issues it once they land, after their key conversion: checked in the SASS).
-    if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
+    // The streaming filter's ring slot `slot` <- this lane's quad of step `step` (none past the row).
+    const auto ring_fill = [&](int32_t step, int slot) {
+      const int32_t q = step * 32 + lane;
+      if (q < nq) ptx::cp_async_16(ptx::smem_addr(ring + slot * kThreads + tid), q4 + q);
+    };
+    if constexpr (kStream) {  // turns 0 and 1 (the warp's steps 0..3) stream in while the threshold is found
+      static_assert(kStreamRing == 4, "two turns of two quads");
+      ring_fill(first_step, 0), ring_fill(first_step + wstride, 1), ptx::cp_async_commit();
+      ring_fill(first_step + 2 * wstride, 2), ring_fill(first_step + 3 * wstride, 3), ptx::cp_async_commit();
+    } else {
+      // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
+      // behind the prefetches (ptxas issues it once they land, after their key conversion: checked in the SASS).
+      if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
+    }
 #pragma unroll
     for (int c = 0; c < kChunksPerWarp; ++c)  // keys directly: the sample is only ranked
       reinterpret_cast<uint4*>(seg_bits + c * 128)[lane] =
           make_uint4(topk_key(v[c].x), topk_key(v[c].y), topk_key(v[c].z), topk_key(v[c].w));
     if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
     __syncthreads();
-    if (p.debug_stop == 2) return;
+    if (p.debug_stop == 2) {
+      if constexpr (kStream) ptx::cp_async_wait<0>();
+      return;
+    }
     uint32_t t = 0;
     const float ks = float(k) * float(kSampleSize) / float(4 * nq);
     const float rf = ks + 5.f * sqrtf(ks) + 16.f;
@@ -611,34 +645,41 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
       t = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // the lower edge of the chosen key bin
     }
     // Everything read from the sample was read before find_bin's last barrier: the segments are free.
-    if (p.debug_stop == 3) return;
+    if (p.debug_stop == 3) {
+      if constexpr (kStream) ptx::cp_async_wait<0>();
+      return;
+    }
 
     // ---- 2. filter: values x >= tf (key >= t; t == 0: everything, NaN included) into the warp's segment.
     // Global warp gw = rank * kWarps + warp of the cluster takes steps gw, gw + nranks * kWarps, ...
     const bool take_all = t == 0;
     cand_floor = t;
     const float tf = key_threshold_float(t);
-    if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
-      int32_t jj = -1;
-      if (lane < head) jj = lane;
-      else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
-      const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
-      push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
-    }
-    static_assert(kPrefetchSteps % kUnroll == 0 && kUnroll <= 8, "prefetched steps: whole iterations, 8 per warp");
-    for (int32_t s0 = first_step; s0 < steps; s0 += wstride * kUnroll) {
-      // kPrefetchSteps ahead: this iteration's steps were prefetched one or two iterations (or the threshold) ago.
-      if (p.l2_prefetch) prefetch_steps_l2(q4, nq, s0 + kPrefetchSteps * wstride, wstride, kUnroll);
-      float4 v4[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t q = (s0 + u * wstride) * 32 + lane;
-        v4[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (kStream) {
+      // The offset digit's histogram as the candidates are pushed (one CTA per row: a cluster's CTAs each see a
+      // share; take_all has no offset digit). The sample's select is done with S.hist (its last barrier).
+      const bool fused = p.fused_count && p.offset_digit && nranks == 1 && !take_all;  // block-uniform
+      const uint32_t obase = t >> kOffsetShift;
+      if (fused) clear_histogram<kThreads>(S);
+      offset_hist_ready = fused;
+      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10, pushed as keys
+        int32_t jj = -1;
+        if (lane < head) jj = lane;
+        else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+        const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
+        const bool cand = jj >= 0 && (take_all || x >= tf);
+        const uint32_t key = topk_key(x);
+        push1(cand, __uint_as_float(key), uint32_t(jj));  // push1 stores the word's bits
+        if (fused && cand) atomicAdd(&S.hist[offset_bin(key, obase)], 1u);
       }
-#pragma unroll
-      for (int g = 0; g < kUnroll; g += 2) {  // 8 values per lane: two quads
-        const int32_t qa = (s0 + g * wstride) * 32 + lane, qb = qa + wstride * 32;
-        const float x[8] = {v4[g].x, v4[g].y, v4[g].z, v4[g].w, v4[g + 1].x, v4[g + 1].y, v4[g + 1].z, v4[g + 1].w};
+      // Turn g: the warp's steps s0 = first_step + 2 g wstride and s0 + wstride, from ring slots 2 (g & 1) + {0, 1}.
+      for (int32_t g = 0, s0 = first_step; s0 < steps; ++g, s0 += 2 * wstride) {
+        ptx::cp_async_wait<1>();  // turn g landed (turn g + 1 may still be in flight)
+        const int slot = (g & 1) * 2;
+        const uint4 ra = ring[slot * kThreads + tid], rb = ring[(slot + 1) * kThreads + tid];
+        const int32_t qa = s0 * 32 + lane, qb = qa + wstride * 32;
+        const float x[8] = {__uint_as_float(ra.x), __uint_as_float(ra.y), __uint_as_float(ra.z), __uint_as_float(ra.w),
+                            __uint_as_float(rb.x), __uint_as_float(rb.y), __uint_as_float(rb.z), __uint_as_float(rb.w)};
         uint32_t m8 = 0;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
@@ -648,6 +689,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
         const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
         const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
         const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
+        // Refill the two slots just read with turn g + 2 (their values are in registers: the ballots used them;
+        // the fence keeps the slots' loads above the copies).
+        asm volatile("" ::: "memory");
+        ring_fill(s0 + 4 * wstride, slot), ring_fill(s0 + 5 * wstride, slot + 1), ptx::cp_async_commit();
         if ((b0 | b1 | b2 | b3) == 0) continue;
         uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
                        4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
@@ -656,11 +701,63 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           if ((m8 >> e) & 1u) {
+            const uint32_t key = topk_key(x[e]);
             if (off < uint32_t(kSegCap)) {
-              seg_bits[off] = __float_as_uint(x[e]);
+              seg_bits[off] = key;
               seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
             }
+            if (fused) atomicAdd(&S.hist[offset_bin(key, obase)], 1u);  // an overflow goes to the fallback
             ++off;
+          }
+        }
+      }
+      ptx::cp_async_wait<0>();       // no copy outlives the filter
+    } else {                         // the default filter
+      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+        int32_t jj = -1;
+        if (lane < head) jj = lane;
+        else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+        const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
+        push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
+      }
+      static_assert(kPrefetchSteps % kUnroll == 0 && kUnroll <= 8, "prefetched steps: whole iterations, 8 per warp");
+      for (int32_t s0 = first_step; s0 < steps; s0 += wstride * kUnroll) {
+        // kPrefetchSteps ahead: this iteration's steps were prefetched one or two iterations (or the threshold) ago.
+        if (p.l2_prefetch) prefetch_steps_l2(q4, nq, s0 + kPrefetchSteps * wstride, wstride, kUnroll);
+        float4 v4[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int32_t q = (s0 + u * wstride) * 32 + lane;
+          v4[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int g = 0; g < kUnroll; g += 2) {  // 8 values per lane: two quads
+          const int32_t qa = (s0 + g * wstride) * 32 + lane, qb = qa + wstride * 32;
+          const float x[8] = {v4[g].x, v4[g].y, v4[g].z, v4[g].w, v4[g + 1].x, v4[g + 1].y, v4[g + 1].z, v4[g + 1].w};
+          uint32_t m8 = 0;
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            if (take_all || x[e] >= tf) m8 |= 1u << e;
+          if (qa >= nq) m8 &= 0xf0u;
+          if (qb >= nq) m8 &= 0x0fu;
+          const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
+          const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
+          const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
+          if ((b0 | b1 | b2 | b3) == 0) continue;
+          uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
+                         4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
+          cnt +=
+              uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2)) + 8u * uint32_t(__popc(b3));
+          const uint32_t pa = uint32_t(head + 4 * qa), pb = uint32_t(head + 4 * qb);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            if ((m8 >> e) & 1u) {
+              if (off < uint32_t(kSegCap)) {
+                seg_bits[off] = __float_as_uint(x[e]);
+                seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
+              }
+              ++off;
+            }
           }
         }
       }
@@ -687,10 +784,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     return;
   }
 
-  // ---- 3. exact radix select on (key, position)
-  segment_bits_to_keys<kThreads>(S);
-  const SelectState st =
-      radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0, p.offset_digit ? cand_floor : 0u);
+  // ---- 3. exact radix select on (key, position) (the streaming filter pushed the sampled regime's keys)
+  if (!kStream || len <= kExactMax) segment_bits_to_keys<kThreads>(S);
+  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0,
+                                                     p.offset_digit ? cand_floor : 0u, offset_hist_ready);
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
