@@ -228,8 +228,9 @@ void bench_s7_variants() {
 }
 
 // Session 8's streaming filter (opt-in, unmeasured) against the plan's default (session 7's four variants) and the
-// default without its L2 prefetch, adjacent rows per shape, two rounds ("s8 A/B" selects them all). Rows of 4K (8192
-// rows: 256 threads, loaded whole) take none of them: the same kernel in every row there (the spread). Then the
+// default without its L2 prefetch, adjacent rows per shape, two rounds ("s8 A/B" selects them all). Rows of 4K take no
+// prefetch; 8192 of them run 256 threads, none of this: the same kernel in every row (the spread); 128 or 1 of them run
+// 1024 threads, loaded whole: there the streaming kernel differs only by its selects' cleared histogram. Then the
 // phase stops of the target shape and of a lone 64K row (clusters of 8): 3 threshold found, 4 filtered, 5 selected.
 void bench_s8_variants() {
   static const S7Variant kAll{"s7 all four", true, true, true, true, false, false, true},
@@ -239,8 +240,9 @@ void bench_s8_variants() {
   struct Shape {
     int64_t rows, width;
   };
-  for (const Shape sh : {Shape{128, 64 << 10}, Shape{128, 128 << 10}, Shape{1, 64 << 10}, Shape{128, 16 << 10},
-                         Shape{8192, 4 << 10}, Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}})
+  for (const Shape sh :
+       {Shape{128, 64 << 10}, Shape{128, 128 << 10}, Shape{1, 64 << 10}, Shape{128, 16 << 10}, Shape{8192, 4 << 10},
+        Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}, Shape{128, 4 << 10}, Shape{1, 4 << 10}})
     for (int round = 0; round < 2; ++round)
       for (const S7Variant* v : {&kAll, &kNoPrefetch, &kStream, &kFused})
         bench_case(sh.rows, sh.width, 2048, TopkTransform::none, round ? "round 2" : "round 1", Fill::normal,

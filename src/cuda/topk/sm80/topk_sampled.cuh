@@ -125,10 +125,10 @@ __device__ __forceinline__ void count_quad(uint32_t* hist, const uint32_t (&v)[4
 // One histogram pass over the keys in every warp's segment (S.cnt[w] <= kSegCap entries each): the digit
 // of the entries that match `st`. Plain shared atomics, per-thread loops over 16-byte quads of entries
 // (segments are 16-byte aligned: kSegCap * 4 bytes is a multiple of 16). Ends with a barrier.
-template <int kThreads>
+template <int kThreads, bool kCleared = false>
 __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  clear_histogram<kThreads>(S);
+  if constexpr (!kCleared) clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   const uint4* pos4 = reinterpret_cast<const uint4*>(S.pos + warp * kSegCap);
@@ -160,10 +160,10 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const Selec
 // per entry (ptxas puts a branch around every conditional shared atomic); later digits match the fixed prefix
 // by key - lo <= span (one subtraction and one compare instead of the guarded shift and compare). The same
 // histogram as candidate_histogram.
-template <int kThreads>
+template <int kThreads, bool kCleared = false>
 __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  clear_histogram<kThreads>(S);
+  if constexpr (!kCleared) clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   const uint32_t mask = (1u << dg.width) - 1u;
@@ -194,10 +194,10 @@ __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const 
 // float is 8 bins: shared-atomic contention, and a second pass over hundreds of matches); here 4095 bins
 // of 2^16 keys each span 2^28 keys (> 30 octaves) above t.
 constexpr int kOffsetShift = 16;
-template <int kThreads>
+template <int kThreads, bool kCleared = false>
 __device__ inline void candidate_histogram_offset(SampledSmem<kThreads>& S, uint32_t base) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  clear_histogram<kThreads>(S);
+  if constexpr (!kCleared) clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   for (uint32_t q = lane; 4 * q < n; q += 32) {
@@ -231,7 +231,9 @@ __device__ __forceinline__ SelectDigit select_digit_after_offset(int pass) {
 // Either way the same entries are at_or_above() the result.
 // offset_hist_ready (block-uniform, with floor_key only): S.hist already holds the offset digit's histogram of the
 // segments (the streaming filter's fused count), so its pass starts at find_bin.
-template <int kThreads>
+// kCleared (the streaming kernel): S.hist is all zeros on entry and is left so (find_bin<kThreads, true> clears it):
+// the passes count without a clearing pass and its barrier.
+template <int kThreads, bool kCleared = false>
 __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos,
                                                 bool lean = false, uint32_t floor_key = 0,
                                                 bool offset_hist_ready = false) {
@@ -240,8 +242,8 @@ __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32
   bool after_offset = false;
   if (floor_key != 0) {
     const uint32_t base = floor_key >> kOffsetShift;
-    if (!offset_hist_ready) candidate_histogram_offset<kThreads>(S, base);
-    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    if (!offset_hist_ready) candidate_histogram_offset<kThreads, kCleared>(S, base);
+    const BinPick pick = find_bin<kThreads, kCleared>(S.hist, need, S.warp[0], &S.pick);
     if (pick.digit < uint32_t(kBins - 1)) {  // else the k-th is above the digit's range: the standard passes
       need -= pick.above;
       st.kprefix = base + pick.digit;
@@ -252,9 +254,9 @@ __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32
   }
   for (int pass = 0; pass < (after_offset ? 5 : with_pos ? 6 : 3); ++pass) {
     const SelectDigit dg = after_offset ? select_digit_after_offset(pass) : select_digit(pass);
-    if (lean && !dg.on_pos) candidate_histogram_lean<kThreads>(S, st, dg);
-    else candidate_histogram<kThreads>(S, st, dg);
-    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    if (lean && !dg.on_pos) candidate_histogram_lean<kThreads, kCleared>(S, st, dg);
+    else candidate_histogram<kThreads, kCleared>(S, st, dg);
+    const BinPick pick = find_bin<kThreads, kCleared>(S.hist, need, S.warp[0], &S.pick);
     need -= pick.above;
     if (!dg.on_pos) {
       st.kprefix = (st.kprefix << (st.kshift - dg.shift)) | pick.digit;
@@ -538,6 +540,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   // Rows loaded whole are CTA 0's alone (every CTA of a cluster returns here or below together: the row
   // decides, and it is the same row).
   if (len <= kExactMax && rank != 0) return;
+  if constexpr (kStream) {  // the selects' histogram starts clear (seen after the first barrier below) and stays so
+    static_assert(kBins == 4 * kThreads, "one uint4 of the histogram per thread");
+    reinterpret_cast<uint4*>(S.hist)[tid] = make_uint4(0u, 0u, 0u, 0u);
+  }
   const float* s = rv.s;
   if (p.debug_stop == 1) return;
 
@@ -641,7 +647,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     const float ks = float(k) * float(kSampleSize) / float(4 * nq);
     const float rf = ks + 5.f * sqrtf(ks) + 16.f;
     if (rf < float(kSampleSize)) {
-      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false, p.lean_select != 0);
+      const SelectState st = radix_select_smem<kThreads, kStream>(S, uint32_t(rf), false, p.lean_select != 0);
       t = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // the lower edge of the chosen key bin
     }
     // Everything read from the sample was read before find_bin's last barrier: the segments are free.
@@ -657,10 +663,9 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     const float tf = key_threshold_float(t);
     if constexpr (kStream) {
       // The offset digit's histogram as the candidates are pushed (one CTA per row: a cluster's CTAs each see a
-      // share; take_all has no offset digit). The sample's select is done with S.hist (its last barrier).
+      // share; take_all has no offset digit). S.hist is clear: the kernel cleared it, the sample's select left it so.
       const bool fused = p.fused_count && p.offset_digit && nranks == 1 && !take_all;  // block-uniform
       const uint32_t obase = t >> kOffsetShift;
-      if (fused) clear_histogram<kThreads>(S);
       offset_hist_ready = fused;
       if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10, pushed as keys
         int32_t jj = -1;
@@ -786,8 +791,8 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
 
   // ---- 3. exact radix select on (key, position) (the streaming filter pushed the sampled regime's keys)
   if (!kStream || len <= kExactMax) segment_bits_to_keys<kThreads>(S);
-  const SelectState st = radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0,
-                                                     p.offset_digit ? cand_floor : 0u, offset_hist_ready);
+  const SelectState st = radix_select_smem<kThreads, kStream>(S, uint32_t(k), true, p.lean_select != 0,
+                                                              p.offset_digit ? cand_floor : 0u, offset_hist_ready);
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
