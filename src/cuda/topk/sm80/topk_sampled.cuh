@@ -315,6 +315,15 @@ __device__ __forceinline__ void prefetch_steps_l2(const float4* q4, int32_t nq, 
 // (cp.async.wait_group makes them visible to it): no barrier.
 constexpr int kStreamRing = 4;  // = topk_op::kStreamRingQuads (topk.cu static_asserts the shared-memory size)
 
+// A non-coherent 16-byte global load that the compiler neither drops nor speculates out of its branch.
+__device__ __forceinline__ float4 ldg_f4_volatile(const float4* p) {
+  float4 v;
+  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(__cvta_generic_to_global(p)));
+  return v;
+}
+
 // The offset digit's bin of a candidate key (candidate_histogram_offset's: key >= the threshold, base = t >> 16).
 __device__ __forceinline__ uint32_t offset_bin(uint32_t key, uint32_t base) {
   return min((key >> kOffsetShift) - base, uint32_t(kBins - 1));
@@ -530,6 +539,24 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   const unsigned lanes_below = (1u << lane) - 1u;
   const uint32_t nranks = cluster_ctas(), rank = cluster_rank();  // 1, 0 without a cluster launch
   const int64_t row = blockIdx.x / nranks;
+  // kStream, rows without row starts (they begin at scores + row * stride) in the sampled regime's width: the
+  // sample's load is issued for a whole row (len = width) before the row's length has arrived from memory (one
+  // round trip earlier); a row of another length reloads it (the sample's positions depend on the length). (The
+  // ring's first turns wait for the length: issued here too, ptxas put them ahead of the sample's load.)
+  bool spec = false;  // kStream: the speculative sample load was issued
+  float4 spec_v = make_float4(0.f, 0.f, 0.f, 0.f);
+  int32_t spec_nq = 0;
+  if constexpr (kStream) {
+    static_assert(kSampleChunks == kWarps, "one sample chunk per warp (1024 threads)");
+    if (p.row_starts == nullptr && p.width > kExactMax) {  // grid-uniform
+      spec = true;
+      const float* s0 = p.scores + row * p.score_row_stride;
+      const int32_t h0 = int32_t(((16u - (uint32_t(reinterpret_cast<uintptr_t>(s0)) & 15u)) & 15u) >> 2);
+      spec_nq = int32_t((p.width - h0) >> 2);  // >= 1023
+      const int32_t q0 = int32_t(int64_t(warp) * (spec_nq - kSampleQuads) / (kSampleChunks - 1));
+      spec_v = __ldg(reinterpret_cast<const float4*>(s0 + h0) + q0 + lane);
+    }
+  }
   const RowView rv = row_view(p, row);
   const int64_t len = rv.len;
   const int k = p.k;
@@ -611,11 +638,17 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     constexpr int kChunksPerWarp = kSampleChunks / kWarps;
     static_assert(kSampleChunks % kWarps == 0 && kChunksPerWarp * kSampleQuads * 4 <= kSegCap, "sample layout");
     float4 v[kChunksPerWarp];
+    const bool spec_hit = kStream && spec && nq == spec_nq;  // block-uniform: the speculative sample is this row's
+    if (!spec_hit) {
 #pragma unroll
-    for (int c = 0; c < kChunksPerWarp; ++c) {
-      const int chunk = warp + c * kWarps;
-      const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
-      v[c] = __ldg(q4 + q0 + lane);
+      for (int c = 0; c < kChunksPerWarp; ++c) {
+        const int chunk = warp + c * kWarps;
+        const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
+        // (kStream: a volatile load, so that ptxas keeps the branch: it had loaded unconditionally, and the hit
+        // path then waited for that load)
+        if constexpr (kStream) v[c] = ldg_f4_volatile(q4 + q0 + lane);
+        else v[c] = __ldg(q4 + q0 + lane);
+      }
     }
     const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
     const int32_t first_step = int32_t(rank) * kWarps + warp;
@@ -628,6 +661,9 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
       static_assert(kStreamRing == 4, "two turns of two quads");
       ring_fill(first_step, 0), ring_fill(first_step + wstride, 1), ptx::cp_async_commit();
       ring_fill(first_step + 2 * wstride, 2), ring_fill(first_step + 3 * wstride, 3), ptx::cp_async_commit();
+      // (A row of another length: ptxas converts the sample's keys after the first turn's copies, so the second
+      // turn's wait for the reloaded sample; a whole row's sample landed with its length. Checked in the SASS.)
+      if (spec_hit) v[0] = spec_v;
     } else {
       // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
       // behind the prefetches (ptxas issues it once they land, after their key conversion: checked in the SASS).
