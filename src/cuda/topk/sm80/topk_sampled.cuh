@@ -542,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   // kStream, rows without row starts (they begin at scores + row * stride) in the sampled regime's width: the
   // sample's load is issued for a whole row (len = width) before the row's length has arrived from memory (one
   // round trip earlier); a row of another length reloads it (the sample's positions depend on the length). (The
-  // ring's first turns wait for the length: issued here too, ptxas put them ahead of the sample's load.)
+  // ring's first turns are issued once the length is known: issued here, ptxas put them ahead of the sample's load.)
   bool spec = false;  // kStream: the speculative sample load was issued
   float4 spec_v = make_float4(0.f, 0.f, 0.f, 0.f);
   int32_t spec_nq = 0;
@@ -662,7 +662,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
       ring_fill(first_step, 0), ring_fill(first_step + wstride, 1), ptx::cp_async_commit();
       ring_fill(first_step + 2 * wstride, 2), ring_fill(first_step + 3 * wstride, 3), ptx::cp_async_commit();
       // (A row of another length: ptxas converts the sample's keys after the first turn's copies, so the second
-      // turn's wait for the reloaded sample; a whole row's sample landed with its length. Checked in the SASS.)
+      // turn waits for the reloaded sample; a whole row's sample landed with its length. Checked in the SASS.)
       if (spec_hit) v[0] = spec_v;
     } else {
       // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
