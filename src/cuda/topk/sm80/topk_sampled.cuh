@@ -698,20 +698,12 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     cand_floor = t;
     const float tf = key_threshold_float(t);
     if constexpr (kStream) {
-      // The offset digit's histogram as the candidates are pushed (one CTA per row: a cluster's CTAs each see a
-      // share; take_all has no offset digit). S.hist is clear: the kernel cleared it, the sample's select left it so.
-      const bool fused = p.fused_count && p.offset_digit && nranks == 1 && !take_all;  // block-uniform
-      const uint32_t obase = t >> kOffsetShift;
-      offset_hist_ready = fused;
-      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10, pushed as keys
+      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
         int32_t jj = -1;
         if (lane < head) jj = lane;
         else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
         const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
-        const bool cand = jj >= 0 && (take_all || x >= tf);
-        const uint32_t key = topk_key(x);
-        push1(cand, __uint_as_float(key), uint32_t(jj));  // push1 stores the word's bits
-        if (fused && cand) atomicAdd(&S.hist[offset_bin(key, obase)], 1u);
+        push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
       }
       // Turn g: the warp's steps s0 = first_step + 2 g wstride and s0 + wstride, from ring slots 2 (g & 1) + {0, 1}.
       for (int32_t g = 0, s0 = first_step; s0 < steps; ++g, s0 += 2 * wstride) {
@@ -742,17 +734,34 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           if ((m8 >> e) & 1u) {
-            const uint32_t key = topk_key(x[e]);
             if (off < uint32_t(kSegCap)) {
-              seg_bits[off] = key;
+              seg_bits[off] = __float_as_uint(x[e]);
               seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
             }
-            if (fused) atomicAdd(&S.hist[offset_bin(key, obase)], 1u);  // an overflow goes to the fallback
             ++off;
           }
         }
       }
-      ptx::cp_async_wait<0>();       // no copy outlives the filter
+      ptx::cp_async_wait<0>();  // no copy outlives the filter
+      // Each warp, once its own filter is done (while others still stream): its segment's bits become keys and,
+      // with the fused count (one CTA per row: a cluster's CTAs each hold a share; take_all has no offset digit),
+      // their offset digits are counted into S.hist, which is clear (the kernel cleared it, the sample's select left
+      // it so). The candidates' select then starts at the offset digit's find_bin. (In the filter's loop the key
+      // and the count per candidate nearly doubled its instructions: counted in the SASS.)
+      const bool fused = p.fused_count && p.offset_digit && nranks == 1 && !take_all;  // block-uniform
+      const uint32_t obase = t >> kOffsetShift;
+      offset_hist_ready = fused;
+      __syncwarp();  // the warp's lanes wrote the segment's entries
+      const uint32_t n = cnt < uint32_t(kSegCap) ? cnt : uint32_t(kSegCap);  // more: the fallback, unread
+      uint4* b4 = reinterpret_cast<uint4*>(seg_bits);
+      for (uint32_t q = lane; 4 * q < n; q += 32) {  // entries past n in the last quad: converted, never counted
+        const uint4 b = b4[q];
+        const uint32_t kk[4] = {topk_key(__uint_as_float(b.x)), topk_key(__uint_as_float(b.y)),
+                                topk_key(__uint_as_float(b.z)), topk_key(__uint_as_float(b.w))};
+        b4[q] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
+        if (fused) count_quad(S.hist, kk, q, n, [&](uint32_t key) { return offset_bin(key, obase); });
+      }
+      __syncwarp();
     } else {                         // the default filter
       if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
         int32_t jj = -1;
