@@ -399,6 +399,17 @@ struct ForceEmit {
   explicit ForceEmit(cuda::TopkEmit emit) { cuda::set_topk_emit(emit); }
   ~ForceEmit() { cuda::set_topk_emit(cuda::TopkEmit::automatic); }
 };
+// Session 8's streaming filter and its fused count on (or the plan's) for one scope.
+struct ForceStream {
+  explicit ForceStream(bool on) {
+    cuda::set_topk_stream(on ? 1 : -1);
+    cuda::set_topk_fused_count(on ? 1 : -1);
+  }
+  ~ForceStream() {
+    cuda::set_topk_stream(-1);
+    cuda::set_topk_fused_count(-1);
+  }
+};
 
 }  // namespace
 
@@ -607,23 +618,32 @@ TEST(TopkGpu, ClusterGatherOverflowGoesToTheFallback) {
 }
 
 // CUDA-graph replays of top-k (the plan's choice: clusters of 8, 4 and 2 CTAs for lone long rows on sm_90,
-// whole rows, the sampled regime; the three emits) equal eager runs bit for bit, and the oracle.
+// whole rows, the sampled regime; the three emits, and session 8's streaming filter with its fused count) equal
+// eager runs bit for bit, and the oracle.
 TEST(TopkGpu, GraphReplayEqualsEager) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   struct Shape {
     int64_t rows, width, k;
   };
-  for (const cuda::TopkEmit emit_kind :
-       {cuda::TopkEmit::recount, cuda::TopkEmit::kept_masks, cuda::TopkEmit::kept_masks_lean})
+  struct Variant {
+    cuda::TopkEmit emit;
+    bool stream;  // session 8's streaming filter with its fused count (1024-thread rows)
+  };
+  for (const Variant var :
+       {Variant{cuda::TopkEmit::recount, false}, Variant{cuda::TopkEmit::kept_masks, false},
+        Variant{cuda::TopkEmit::kept_masks_lean, false}, Variant{cuda::TopkEmit::kept_masks_lean, true}})
     for (const Shape sh :
          {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
           Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
+      const cuda::TopkEmit emit_kind = var.emit;
       SCOPED_TRACE(std::string(emit_kind == cuda::TopkEmit::recount      ? "recount emit"
                                : emit_kind == cuda::TopkEmit::kept_masks ? "kept-masks emit"
                                                                          : "lean kept-masks emit") +
-                   " rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
+                   (var.stream ? ", streaming filter + fused count" : "") + " rows " + std::to_string(sh.rows) +
+                   " width " + std::to_string(sh.width));
       const ForceEmit emit(emit_kind);
+      const ForceStream stream(var.stream);
       TopkProblem p(sh.rows, sh.width, sh.k);
       fill_normal(p.row(0), p.rows * p.width, g);
       p.lengths.ptr<int32_t>()[0] = int32_t(sh.width - 3);
