@@ -116,12 +116,13 @@ struct Tuning {
   // The next two (session 8, unmeasured): -1 the plan's (off), 0 off, 1 on.
   // The streaming filter of rows longer than kWholeRow (1024 threads, kept-masks emits; else ignored): each thread
   // keeps kStreamRingQuads 16-byte cp.async copies of its next steps in flight in a shared-memory ring, the first
-  // ones issued with the sample (they land while the threshold is found), and the candidates are stored as keys
-  // (no conversion pass). A kernel of its own (the default kernels' code unchanged); the L2 prefetch is off with it.
-  // The same candidates in the same order: the same output bits as the kernel without it.
+  // ones issued with the sample (they land while the threshold is found; rows without row starts issue the sample
+  // before their length is known), each warp turns its candidates into keys once its filter is done, and the
+  // selects keep the histogram clear (no clearing passes). A kernel of its own (the default kernels' code
+  // unchanged); the L2 prefetch is off with it. The same candidates in the same order: the same output bits.
   int stream = -1;
-  // With the streaming filter and the offset digit, one CTA per row: the offset digit's histogram is counted as
-  // the candidates are pushed (the select starts at its find_bin: one histogram pass and two barriers fewer).
+  // With the streaming filter and the offset digit, one CTA per row: each warp counts its candidates' offset digits
+  // after its filter (the select starts at its find_bin: one histogram pass and its barrier fewer).
   int fused_count = -1;
 };
 

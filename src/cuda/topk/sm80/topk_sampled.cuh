@@ -525,7 +525,8 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
 
 // One row per CTA (grid = rows), or one row per cluster of nranks CTAs (grid = rows * nranks, sm_90).
 // kKeepMasks: the emit's variant (emit_selected). kStream: the streaming filter (above; its dynamic shared memory
-// is SampledSmem plus the ring), which stores the candidates as keys; no L2 prefetch.
+// is SampledSmem plus the ring; each warp converts its candidates to keys after its filter; the selects keep the
+// histogram clear); no L2 prefetch.
 template <int kThreads, int kUnroll, bool kKeepMasks, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     topk_sampled_kernel(const __grid_constant__ TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
@@ -834,7 +835,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     return;
   }
 
-  // ---- 3. exact radix select on (key, position) (the streaming filter pushed the sampled regime's keys)
+  // ---- 3. exact radix select on (key, position) (the streaming filter's warps converted the sampled regime's keys)
   if (!kStream || len <= kExactMax) segment_bits_to_keys<kThreads>(S);
   const SelectState st = radix_select_smem<kThreads, kStream>(S, uint32_t(k), true, p.lean_select != 0,
                                                               p.offset_digit ? cand_floor : 0u, offset_hist_ready);
