@@ -7,7 +7,9 @@
 // session 6's) or to recount, for A/Bs in one process. " [s7 A/B: <variant>]": session 7's variants
 // (" [s7 A/B: l2 prefetch]": topk_op::Tuning::l2_prefetch; " [s7 A/B: lean emit]": Emit::kept_masks_lean;
 // " [s7 A/B: lean select]": Tuning::lean_select; " [s7 A/B: offset digit]": Tuning::offset_digit; " [s7 A/B:
-// all four]", the plan's default since 26d4201) beside " [s7 A/B: none]" (all four forced off).
+// all four]", the plan's default since 26d4201) beside " [s7 A/B: none]" (all four forced off). " [s8 A/B: <variant>]":
+// session 8's streaming filter (topk_op::Tuning::stream) and its fused count (Tuning::fused_count) beside the plan's
+// default ("s7 all four") and the default without its L2 prefetch ("no prefetch").
 // Timing: device time, as the ANCHORS harness measures its peers: a spin kernel runs before each timed
 // call so the host has enqueued the call before the start event fires (the host's cost per call, ~5 us
 // of checks, plan and launch, is not counted). " [host+device]" cases time the old way (events around
@@ -34,10 +36,13 @@ enum class Fill { uniform, normal, ties16 };
 // A session-7 variant of the sampled kernel (bench_s7_variants), forced through the launcher's hooks.
 struct S7Variant {
   const char* name;
-  bool l2_prefetch;   // cuda::set_topk_l2_prefetch
-  bool lean_emit;     // cuda::TopkEmit::kept_masks_lean
-  bool lean_select;   // cuda::set_topk_lean_select
-  bool offset_digit;  // cuda::set_topk_offset_digit
+  bool l2_prefetch;          // cuda::set_topk_l2_prefetch
+  bool lean_emit;            // cuda::TopkEmit::kept_masks_lean
+  bool lean_select;          // cuda::set_topk_lean_select
+  bool offset_digit;         // cuda::set_topk_offset_digit
+  bool stream = false;       // cuda::set_topk_stream (session 8)
+  bool fused_count = false;  // cuda::set_topk_fused_count (session 8)
+  bool s8 = false;           // a row of bench_s8_variants (" [s8 A/B: ...]")
 };
 
 // N(0, 1) by Box-Muller on two hashes (what the same-run peer harness feeds: torch.randn).
@@ -125,7 +130,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
       (emit == cuda::TopkEmit::kept_masks ? " [mask emit]"
        : emit == cuda::TopkEmit::recount  ? " [recount emit]"
                                           : "") +
-      (s7 ? std::string(" [s7 A/B: ") + s7->name + "]" : std::string());
+      (s7 ? std::string(s7->s8 ? " [s8 A/B: " : " [s7 A/B: ") + s7->name + "]" : std::string());
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
@@ -141,6 +146,8 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_l2_prefetch(s7 ? int(s7->l2_prefetch) : -1);
   cuda::set_topk_lean_select(s7 ? int(s7->lean_select) : -1);
   cuda::set_topk_offset_digit(s7 ? int(s7->offset_digit) : -1);
+  cuda::set_topk_stream(s7 ? int(s7->stream) : -1);
+  cuda::set_topk_fused_count(s7 ? int(s7->fused_count) : -1);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -179,6 +186,8 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_l2_prefetch(-1);
   cuda::set_topk_lean_select(-1);
   cuda::set_topk_offset_digit(-1);
+  cuda::set_topk_stream(-1);
+  cuda::set_topk_fused_count(-1);
 }
 
 // Session 7's variants (topk_op::Tuning) against "none" (all four forced off: session 6's kept-masks path),
@@ -216,6 +225,37 @@ void bench_s7_variants() {
       if (v != &kOffset || sh.width > 4096)  // whole rows have no threshold: no offset digit
         bench_case(sh.rows, sh.width, 2048, none, "phase", Fill::normal, cuda::TopkPath::automatic, 5, false, 0, 0,
                    false, cuda::TopkEmit::automatic, v);
+}
+
+// Session 8's streaming filter (opt-in, unmeasured) against the plan's default (session 7's four variants) and the
+// default without its L2 prefetch, adjacent rows per shape, two rounds ("s8 A/B" selects them all). Rows of 4K take no
+// prefetch; 8192 of them run 256 threads, none of this: the same kernel in every row (the spread); 128 or 1 of them run
+// 1024 threads, loaded whole: there the streaming kernel differs only by its selects' cleared histogram. Then the
+// phase stops of the target shape and of a lone 64K row (clusters of 8): 3 threshold found, 4 filtered, 5 selected.
+void bench_s8_variants() {
+  static const S7Variant kAll{"s7 all four", true, true, true, true, false, false, true},
+      kNoPrefetch{"no prefetch", false, true, true, true, false, false, true},
+      kStream{"stream", false, true, true, true, true, false, true},
+      kFused{"stream + fused count", false, true, true, true, true, true, true};
+  struct Shape {
+    int64_t rows, width;
+  };
+  for (const Shape sh :
+       {Shape{128, 64 << 10}, Shape{128, 128 << 10}, Shape{1, 64 << 10}, Shape{128, 16 << 10}, Shape{8192, 4 << 10},
+        Shape{16, 64 << 10}, Shape{32, 256 << 10}, Shape{1, 128 << 10}, Shape{128, 4 << 10}, Shape{1, 4 << 10}})
+    for (int round = 0; round < 2; ++round)
+      for (const S7Variant* v : {&kAll, &kNoPrefetch, &kStream, &kFused})
+        bench_case(sh.rows, sh.width, 2048, TopkTransform::none, round ? "round 2" : "round 1", Fill::normal,
+                   cuda::TopkPath::automatic, 0, false, 0, 0, false, cuda::TopkEmit::automatic, v);
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}})
+    for (const int stop : {3, 4, 5})
+      for (const S7Variant* v : {&kAll, &kNoPrefetch, &kStream, &kFused})
+        bench_case(sh.rows, sh.width, 2048, TopkTransform::none, "phase", Fill::normal, cuda::TopkPath::automatic, stop,
+                   false, 0, 0, false, cuda::TopkEmit::automatic, v);
+  // The adversarial rows of the target shape (ties at the threshold: positions decide).
+  for (const S7Variant* v : {&kAll, &kStream, &kFused})
+    bench_case(128, 64 << 10, 2048, TopkTransform::none, "adversarial", Fill::ties16, cuda::TopkPath::automatic, 0,
+               false, 0, 0, false, cuda::TopkEmit::automatic, v);
 }
 
 }  // namespace
@@ -288,6 +328,7 @@ int main(int argc, char** argv) try {
     if (stop != 2) bench_case(8192, 4 << 10, 2048, none, "phase", normal, P::automatic, stop);
   }
   bench_s7_variants();
+  bench_s8_variants();
   // The old timing (host's cost counted), as session 3 measured.
   bench_case(1, 4 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);
   bench_case(128, 64 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);

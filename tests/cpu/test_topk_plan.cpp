@@ -193,5 +193,40 @@ TEST(TopkPlan, SampledKernelSwitchesOnUnlessForcedOff) {
   }
 }
 
+// Session 8's streaming filter and its fused count (opt-in, unmeasured): off unless forced; forced, only on the
+// 1024-thread sampled kernel with a kept-masks emit where its ring fits (the H200's 227 KB, not the A100's 163 KB),
+// with the ring's shared memory and without the L2 prefetch; the fused count only with it and the offset digit.
+TEST(TopkPlan, StreamFilterOnlyWhenForced) {
+  using cuda::topk_op::Plan;
+  const cuda::topk_op::Problem kLone{.rows = 1, .width = 65536, .k = 2048};
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, kLone}) {
+      SCOPED_TRACE("arch " + std::to_string(caps.arch) + " width " + std::to_string(prob.width));
+      const Plan plan = make_plan(prob, caps);
+      EXPECT_FALSE(plan.stream);
+      EXPECT_FALSE(plan.fused_count);
+      EXPECT_FALSE(make_plan(prob, caps, {.fused_count = 1}).fused_count);  // not without the stream
+      const Plan forced = make_plan(prob, caps, {.stream = 1});
+      const bool fits = caps.smem_per_block >= 217488;
+      EXPECT_EQ(forced.stream, plan.select == Select::sampled && plan.threads == 1024 && fits);
+      EXPECT_FALSE(forced.fused_count);
+      EXPECT_EQ(forced.select, plan.select);
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.emit, plan.emit);
+      EXPECT_EQ(forced.lean_select, plan.lean_select);
+      EXPECT_EQ(forced.offset_digit, plan.offset_digit);
+      EXPECT_EQ(forced.l2_prefetch, plan.l2_prefetch && !forced.stream);
+      EXPECT_EQ(forced.smem, forced.stream ? cuda::topk_op::sampled_stream_smem_bytes(1024) : plan.smem);
+      EXPECT_EQ(make_plan(prob, caps, {.stream = 1, .fused_count = 1}).fused_count, forced.stream);
+      EXPECT_FALSE(make_plan(prob, caps, {.offset_digit = 0, .stream = 1, .fused_count = 1}).fused_count);
+      EXPECT_FALSE(make_plan(prob, caps, {.emit = Emit::recount, .stream = 1}).stream);  // the kernel keeps masks
+      EXPECT_EQ(make_plan(prob, caps, {.emit = Emit::kept_masks, .stream = 1}).stream, forced.stream);
+    }
+  EXPECT_EQ(cuda::topk_op::sampled_stream_smem_bytes(1024), 217488u);
+  EXPECT_TRUE(make_plan(kLong, kH200, {.stream = 1, .fused_count = 1}).fused_count);
+  EXPECT_FALSE(make_plan(kLong, kH200, {.select = Select::global, .stream = 1}).stream);
+}
+
 }  // namespace
 }  // namespace attnserve

@@ -12,7 +12,10 @@
 // variants (topk_op::Tuning) run every check too (thirteen kernel choices in all): the L2 prefetch, the lean kept-masks
 // emit and the lean select each with one CTA per row, the offset digit with clusters of 2, all four with clusters of 8
 // (the lean emit also in the graph replays); rows whose top values the sample misses test the offset digit's range (its
-// restart from the standard digits).
+// restart from the standard digits). Session 8's streaming filter (topk_op::Tuning::stream, a kernel of its own) runs
+// every check three ways: alone (one CTA per row, standard digits), with the fused count and session 7's lean emit,
+// lean select and offset digit (one CTA per row), and the same with clusters of 4 (where the fused count stands
+// aside); StreamingFilterGivesTheSameBits compares it bit for bit with the kernel without it.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -47,6 +50,8 @@ struct KernelChoice {
   bool lean_emit = false;    // the kept-masks emit's lean count and stores (TopkEmit::kept_masks_lean; masks implied)
   bool lean_select = false;  // the lean key-digit histograms (cuda::set_topk_lean_select)
   bool offset_digit = false;  // the candidates' first digit relative to the threshold (cuda::set_topk_offset_digit)
+  bool stream = false;        // session 8's streaming filter (cuda::set_topk_stream)
+  bool fused_count = false;   // its fused offset-digit count (cuda::set_topk_fused_count)
 };
 std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
@@ -66,20 +71,32 @@ std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 2, true, "sampled, clusters of 2 CTAs per row, offset digit", false, false, false, true},
     {cuda::TopkPath::sampled, 8, true,
      "sampled, clusters of 8 CTAs per row, L2 prefetch + lean emit + lean select + offset digit", true, true, true,
-     true}};
+     true},
+    // Session 8's streaming filter (1024-thread rows; others run the kernels above): alone, then with the fused
+    // count and the lean emit, lean select and offset digit (one CTA per row; clusters of 4: no fused count there).
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, streaming filter", false, false, false, false, true},
+    {cuda::TopkPath::sampled, 1, true,
+     "sampled, one CTA per row, streaming filter + fused count + lean emit + lean select + offset digit", false, true,
+     true, true, true, true},
+    {cuda::TopkPath::sampled, 4, true,
+     "sampled, clusters of 4 CTAs per row, streaming filter + fused count + lean emit + lean select + offset digit",
+     false, true, true, true, true, true}};
 
-// ATTNSERVE_TOPK_S7=0 in the environment skips session 7's opt-in variants (e.g. under racecheck, where every
-// kernel choice of a check costs ~3 s).
-bool is_s7_variant(const KernelChoice& c) { return c.l2_prefetch || c.lean_emit || c.lean_select || c.offset_digit; }
-bool skip_s7_variants() {
-  const char* e = std::getenv("ATTNSERVE_TOPK_S7");
+// ATTNSERVE_TOPK_S7=0 in the environment skips session 7's and 8's opt-in variants (e.g. under racecheck, where every
+// kernel choice of a check costs ~3 s); ATTNSERVE_TOPK_S8=0 skips session 8's only.
+bool is_s8_variant(const KernelChoice& c) { return c.stream || c.fused_count; }
+bool is_s7_variant(const KernelChoice& c) {
+  return c.l2_prefetch || c.lean_emit || c.lean_select || c.offset_digit || is_s8_variant(c);
+}
+bool env_is_zero(const char* name) {
+  const char* e = std::getenv(name);
   return e != nullptr && std::string(e) == "0";
 }
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
-  static const bool skip_s7 = skip_s7_variants();
+  static const bool skip_s7 = env_is_zero("ATTNSERVE_TOPK_S7"), skip_s8 = env_is_zero("ATTNSERVE_TOPK_S8");
   for (const KernelChoice& c : g_paths) {
-    if (skip_s7 && is_s7_variant(c)) continue;
+    if ((skip_s7 && is_s7_variant(c)) || (skip_s8 && is_s8_variant(c))) continue;
     SCOPED_TRACE(std::string("kernel ") + c.name);
     cuda::set_topk_path(c.path);
     cuda::set_topk_cluster(c.cluster);
@@ -89,6 +106,8 @@ void for_each_path(const std::function<void()>& fn) {
     cuda::set_topk_l2_prefetch(c.l2_prefetch);
     cuda::set_topk_lean_select(c.lean_select);
     cuda::set_topk_offset_digit(c.offset_digit);
+    cuda::set_topk_stream(c.stream);
+    cuda::set_topk_fused_count(c.fused_count);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
@@ -96,6 +115,8 @@ void for_each_path(const std::function<void()>& fn) {
     cuda::set_topk_l2_prefetch(-1);
     cuda::set_topk_lean_select(-1);
     cuda::set_topk_offset_digit(-1);
+    cuda::set_topk_stream(-1);
+    cuda::set_topk_fused_count(-1);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -378,6 +399,17 @@ struct ForceEmit {
   explicit ForceEmit(cuda::TopkEmit emit) { cuda::set_topk_emit(emit); }
   ~ForceEmit() { cuda::set_topk_emit(cuda::TopkEmit::automatic); }
 };
+// Session 8's streaming filter and its fused count on (or the plan's) for one scope.
+struct ForceStream {
+  explicit ForceStream(bool on) {
+    cuda::set_topk_stream(on ? 1 : -1);
+    cuda::set_topk_fused_count(on ? 1 : -1);
+  }
+  ~ForceStream() {
+    cuda::set_topk_stream(-1);
+    cuda::set_topk_fused_count(-1);
+  }
+};
 
 }  // namespace
 
@@ -586,23 +618,32 @@ TEST(TopkGpu, ClusterGatherOverflowGoesToTheFallback) {
 }
 
 // CUDA-graph replays of top-k (the plan's choice: clusters of 8, 4 and 2 CTAs for lone long rows on sm_90,
-// whole rows, the sampled regime; the three emits) equal eager runs bit for bit, and the oracle.
+// whole rows, the sampled regime; the three emits, and session 8's streaming filter with its fused count) equal
+// eager runs bit for bit, and the oracle.
 TEST(TopkGpu, GraphReplayEqualsEager) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   struct Shape {
     int64_t rows, width, k;
   };
-  for (const cuda::TopkEmit emit_kind :
-       {cuda::TopkEmit::recount, cuda::TopkEmit::kept_masks, cuda::TopkEmit::kept_masks_lean})
+  struct Variant {
+    cuda::TopkEmit emit;
+    bool stream;  // session 8's streaming filter with its fused count (1024-thread rows)
+  };
+  for (const Variant var :
+       {Variant{cuda::TopkEmit::recount, false}, Variant{cuda::TopkEmit::kept_masks, false},
+        Variant{cuda::TopkEmit::kept_masks_lean, false}, Variant{cuda::TopkEmit::kept_masks_lean, true}})
     for (const Shape sh :
          {Shape{4, int64_t(128) << 10, 2048}, Shape{2, int64_t(300) << 10, 2048}, Shape{12, int64_t(40) << 10, 2048},
           Shape{24, int64_t(36) << 10, 1000}, Shape{64, 4096, 2048}, Shape{24, int64_t(20) << 10, 1000}}) {
+      const cuda::TopkEmit emit_kind = var.emit;
       SCOPED_TRACE(std::string(emit_kind == cuda::TopkEmit::recount      ? "recount emit"
                                : emit_kind == cuda::TopkEmit::kept_masks ? "kept-masks emit"
                                                                          : "lean kept-masks emit") +
-                   " rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
+                   (var.stream ? ", streaming filter + fused count" : "") + " rows " + std::to_string(sh.rows) +
+                   " width " + std::to_string(sh.width));
       const ForceEmit emit(emit_kind);
+      const ForceStream stream(var.stream);
       TopkProblem p(sh.rows, sh.width, sh.k);
       fill_normal(p.row(0), p.rows * p.width, g);
       p.lengths.ptr<int32_t>()[0] = int32_t(sh.width - 3);
@@ -636,4 +677,105 @@ TEST(TopkGpu, GraphReplayEqualsEager) {
       cudaStreamDestroy(cs);
       if (HasFatalFailure()) return;
     }
+}
+
+// Session 8's streaming filter pushes the same candidates in the same order as the default filter (as keys, the
+// fused count beside): its output bits equal those of the kernel without it (the same other flags), with and
+// without the fused count, with one CTA per row and the plan's clusters, and the oracle's sets. Rows: N(0, 1),
+// all equal, > 16K tied maxima, NaN / -inf mixes, huge values the sample mostly misses (the offset digit's
+// restart), 256 levels, fewer finite values than k; random lengths, device lengths and starts out of range
+// (clamped), starts 0..3 (every alignment); 128 x 64K (the target shape), rows longer than 128K, k not 2048, and
+// rows loaded whole (where the streaming kernel differs by its selects' cleared histogram only).
+TEST(TopkGpu, StreamingFilterGivesTheSameBits) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Shape {
+    int64_t rows, width, k;
+  };
+  for (const Shape sh : {Shape{128, int64_t(64) << 10, 2048}, Shape{3, int64_t(300) << 10, 2048},
+                         Shape{12, 20000, 1000}, Shape{12, 4000, 1000}}) {  // 4000: loaded whole (1024 threads)
+    SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
+    TopkProblem p(sh.rows, sh.width, sh.k);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    std::uniform_int_distribution<int64_t> pos(0, p.width - 1);
+    std::uniform_int_distribution<int> level(0, 255);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      float* x = p.row(r);
+      switch (r % 8) {
+        case 1: std::fill(x, x + p.width, 1.f); break;  // all equal
+        case 2:
+          for (int64_t j = 0; j < p.width; j += 3) x[j] = 3.f;
+          break;  // > 16K tied maxima
+        case 3:   // NaN / -inf
+          for (int64_t j = 0; j < p.width; ++j) x[j] = j % 4 == 0 ? x[j] : (j % 3 ? -kInf : std::nanf(""));
+          break;
+        case 4:  // tiny values and 2500 huge ones: the k-th far above the sample's threshold
+          for (int64_t j = 0; j < p.width; ++j) x[j] *= 1e-20f;
+          for (int i = 0; i < 2500; ++i) x[pos(g)] = 1e20f * (1.f + float(i) / 2500.f);
+          break;
+        case 5:
+          for (int64_t j = 0; j < p.width; ++j) x[j] = float(level(g));
+          break;
+        case 6:  // 300 finite values, the k-th is -inf
+          std::fill(x, x + p.width, -kInf);
+          for (int i = 0; i < 300; ++i) x[pos(g)] = float(i % 7);
+          break;
+        default: break;  // N(0, 1)
+      }
+    }
+    // With row starts, and without (where the streaming kernel issues a whole row's sample and first turns before
+    // the row's length is known: the shorter rows reload the sample).
+    for (const bool with_starts : {true, false}) {
+      p.use_starts = with_starts;
+      std::uniform_int_distribution<int32_t> len(1, int32_t(p.width));
+      TopkProblem clamped = p;
+      for (int64_t r = 0; r < p.rows; ++r) {
+        int32_t st = with_starts ? int32_t(r % 4) : 0, ln = r % 4 == 3 ? len(g) : int32_t(p.width);
+        if (r == 9) ln = 1 << 30;                                           // clamped to width - start
+        if (r == 10 && with_starts) st = -50;                               // clamped to 0
+        if (r == 11) st = with_starts ? int32_t(p.width) + 5 : 0, ln = 10;  // clamped to an empty row; 10 <= k
+        p.starts.ptr<int32_t>()[r] = st, p.lengths.ptr<int32_t>()[r] = ln;
+        const int32_t cs = std::clamp(st, 0, int32_t(p.width));
+        clamped.starts.ptr<int32_t>()[r] = cs;
+        clamped.lengths.ptr<int32_t>()[r] = std::clamp(ln, 0, int32_t(p.width) - cs);
+      }
+      clamped.run();
+      for (const int cluster : {1, 0})  // 0: the plan's (clusters of 8 for the 3 rows of 300K on sm_90)
+        for (const bool s7 : {false, true}) {
+          SCOPED_TRACE(std::string(with_starts ? "row starts" : "no row starts") + ", cluster " +
+                       std::to_string(cluster) +
+                       (s7 ? ", lean emit + lean select + offset digit" : ", kept-masks emit, standard digits"));
+          cuda::set_topk_path(cuda::TopkPath::sampled);
+          cuda::set_topk_cluster(cluster);
+          cuda::set_topk_emit(s7 ? cuda::TopkEmit::kept_masks_lean : cuda::TopkEmit::kept_masks);
+          cuda::set_topk_l2_prefetch(0);
+          cuda::set_topk_lean_select(s7);
+          cuda::set_topk_offset_digit(s7);
+          std::vector<uint8_t> reference;
+          for (const int mode : {0, 1, 2}) {  // without the stream, with it, with it and the fused count
+            SCOPED_TRACE(mode == 0   ? "default filter"
+                         : mode == 1 ? "streaming filter"
+                                     : "streaming filter + fused count");
+            cuda::set_topk_stream(mode >= 1);
+            cuda::set_topk_fused_count(mode == 2);
+            run_gpu_twice(p.args());
+            if (HasFatalFailure()) break;
+            expect_same_rows(clamped.out, p.out, clamped.lengths, p.k);
+            if (HasFatalFailure()) break;
+            if (mode == 0) reference = p.out.bytes;
+            else
+              EXPECT_TRUE(p.out.bytes == reference) << "the streaming filter's bits differ from the default filter's";
+          }
+          cuda::set_topk_path(cuda::TopkPath::automatic);
+          cuda::set_topk_cluster(0);
+          cuda::set_topk_emit(cuda::TopkEmit::automatic);
+          cuda::set_topk_l2_prefetch(-1);
+          cuda::set_topk_lean_select(-1);
+          cuda::set_topk_offset_digit(-1);
+          cuda::set_topk_stream(-1);
+          cuda::set_topk_fused_count(-1);
+          if (HasFatalFailure()) return;
+        }
+    }
+  }
 }

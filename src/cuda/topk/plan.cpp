@@ -82,6 +82,15 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
     c.l2_prefetch = tune.l2_prefetch != 0;
     c.lean_select = tune.lean_select != 0;
     c.offset_digit = tune.offset_digit != 0;
+    // Session 8's streaming filter (opt-in, unmeasured): its kernel exists for 1024 threads with the kept masks.
+    const bool masks = c.emit == Emit::kept_masks || c.emit == Emit::kept_masks_lean;
+    c.stream = tune.stream == 1 && c.threads == 1024 && masks &&
+               std::size_t(caps.smem_per_block) >= sampled_stream_smem_bytes(1024);
+    if (c.stream) {
+      c.smem = sampled_stream_smem_bytes(1024);
+      c.l2_prefetch = false;
+    }
+    c.fused_count = c.stream && c.offset_digit && tune.fused_count == 1;
   }
   return c;
 }

@@ -69,6 +69,13 @@ constexpr std::size_t sampled_smem_bytes(int threads) {
   const std::size_t warps = std::size_t(threads / 32);
   return (warps * 528 * 8 + 4096 * 4 + warps * 3 * 4 + 12 + 15) / 16 * 16;
 }
+// The streaming filter (Tuning::stream, session 8): a ring of kStreamRingQuads 16-byte quads per thread after
+// SampledSmem, which cp.async fills ahead of the filter (the first ones while the sample's threshold is found).
+// 1024 threads only: 151952 + 65536 = 217488 bytes (the H200 gives a CTA up to 232448).
+constexpr int kStreamRingQuads = 4;
+constexpr std::size_t sampled_stream_smem_bytes(int threads) {
+  return sampled_smem_bytes(threads) + std::size_t(threads) * kStreamRingQuads * 16;
+}
 
 struct Plan {
   Problem problem;
@@ -80,8 +87,10 @@ struct Plan {
   bool l2_prefetch = false;        // the sampled kernel prefetches its rows' next steps into L2 (the default)
   bool lean_select = false;        // the sampled kernel's lean key-digit histograms (the default)
   bool offset_digit = false;       // the candidates' first digit relative to the sample's threshold (the default)
-  std::size_t smem = 0;            // dynamic shared memory per CTA (sampled kernel; 0 for global)
-  std::size_t ws_bytes = 0;        // the radix select keeps everything in shared memory
+  bool stream = false;       // the streaming filter (Tuning::stream; its own kernel, 1024 threads, no L2 prefetch)
+  bool fused_count = false;  // the offset digit's histogram counted in the streaming filter (Tuning::fused_count)
+  std::size_t smem = 0;      // dynamic shared memory per CTA (sampled kernel; 0 for global)
+  std::size_t ws_bytes = 0;  // the radix select keeps everything in shared memory
 };
 
 // Optional override (benchmarks and tests only; the launcher maps its TopkPath onto it): a sampled
@@ -104,6 +113,17 @@ struct Tuning {
   // min((key >> 16) - (t >> 16), 4095), then key bits 4..15 and 0..3, instead of the key's top 12 bits
   // (session 7; the same selection).
   int offset_digit = -1;
+  // The next two (session 8, unmeasured): -1 the plan's (off), 0 off, 1 on.
+  // The streaming filter of rows longer than kWholeRow (1024 threads, kept-masks emits; else ignored): each thread
+  // keeps kStreamRingQuads 16-byte cp.async copies of its next steps in flight in a shared-memory ring, the first
+  // ones issued with the sample (they land while the threshold is found; rows without row starts issue the sample
+  // before their length is known), each warp turns its candidates into keys once its filter is done, and the
+  // selects keep the histogram clear (no clearing passes). A kernel of its own (the default kernels' code
+  // unchanged); the L2 prefetch is off with it. The same candidates in the same order: the same output bits.
+  int stream = -1;
+  // With the streaming filter and the offset digit, one CTA per row: each warp counts its candidates' offset digits
+  // after its filter (the select starts at its find_bin: one histogram pass and its barrier fewer).
+  int fused_count = -1;
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

@@ -33,10 +33,15 @@ TopkEmit g_emit = TopkEmit::automatic;
 int g_l2_prefetch = -1;
 int g_lean_select = -1;
 int g_offset_digit = -1;
+int g_stream = -1;
+int g_fused_count = -1;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
               "the plan's shared-memory count (plan.h) must match the kernel's");
+static_assert(topk_op::sampled_stream_smem_bytes(1024) ==
+                  sizeof(topk_detail::SampledSmem<1024>) + 1024 * topk_detail::kStreamRing * 16,
+              "the streaming kernel's ring (plan.h) must match the kernel's");
 
 // Whether the sampled kernel's code for this device has the cluster path (sm_90 machine code; a build
 // for sm_80 only runs its sm_80 code on Hopper, where the path is compiled out).
@@ -113,6 +118,14 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
     return;
   }
   // The emit is a compile-time variant of the one kernel (kKeepMasks; the lean one a runtime flag of it).
+  // The streaming filter (plan.stream: 1024 threads, kept masks) is a kernel of its own (kStream).
+  if constexpr (kThreads == 1024) {
+    if (plan.stream) {
+      launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true, true>>(p, rows, kThreads, plan.cluster,
+                                                                                        plan.smem, s);
+      return;
+    }
+  }
   if (plan.emit == topk_op::Emit::kept_masks || plan.emit == topk_op::Emit::kept_masks_lean)
     launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true>>(p, rows, kThreads, plan.cluster,
                                                                                 plan.smem, s);
@@ -122,7 +135,7 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
 }
 
 topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, int l2_prefetch, int lean_select,
-                          int offset_digit) {
+                          int offset_digit, int stream, int fused_count) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
@@ -135,6 +148,8 @@ topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit
   t.l2_prefetch = l2_prefetch;
   t.lean_select = lean_select;
   t.offset_digit = offset_digit;
+  t.stream = stream;
+  t.fused_count = fused_count;
   return t;
 }
 
@@ -150,6 +165,8 @@ void set_topk_emit(TopkEmit emit) { g_emit = emit; }
 void set_topk_l2_prefetch(int mode) { g_l2_prefetch = mode; }
 void set_topk_lean_select(int mode) { g_lean_select = mode; }
 void set_topk_offset_digit(int mode) { g_offset_digit = mode; }
+void set_topk_stream(int mode) { g_stream = mode; }
+void set_topk_fused_count(int mode) { g_fused_count = mode; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -159,9 +176,9 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
-  const topk_op::Plan plan = topk_op::make_plan(
-      topk_op::problem_of(a), current_device_caps(),
-      tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch, g_lean_select, g_offset_digit));
+  const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
+                                                tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch,
+                                                          g_lean_select, g_offset_digit, g_stream, g_fused_count));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);
@@ -201,6 +218,7 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   p.lean_emit = plan.emit == topk_op::Emit::kept_masks_lean ? 1 : 0;
   p.lean_select = plan.lean_select ? 1 : 0;
   p.offset_digit = plan.offset_digit ? 1 : 0;
+  p.fused_count = plan.fused_count ? 1 : 0;
   if (wide) launch<1024>(plan, p, unsigned(rows), s);
   else launch<256>(plan, p, unsigned(rows), s);
   ATTNSERVE_CUDA_CHECK_LAUNCH();

@@ -39,6 +39,7 @@ struct TopkParams {
   int lean_emit;     // the kept-masks emit's lean stores where they apply (Emit::kept_masks_lean)
   int lean_select;   // the sampled kernel's key-digit histograms without a branch per entry (Plan::lean_select)
   int offset_digit;  // the sampled regime's candidates: first digit relative to the threshold (Plan::offset_digit)
+  int fused_count;   // the streaming kernel counts the offset digit's histogram in its filter (Plan::fused_count)
 };
 
 // Monotone float -> uint32 (src/cpu/topk_select.h topk_key): larger float => larger key, -0 == +0,
@@ -111,8 +112,11 @@ struct BinPick {
 // a suffix sum over threads finds the owner. hist: 16-byte aligned; s_warp: [kThreads / 32] scratch;
 // s_pick: the result.
 // Returns after a barrier, with the result read by every thread.
-template <int kThreads>
-__device__ inline BinPick find_bin(const uint32_t* hist, uint32_t need, uint32_t* s_warp, BinPick* s_pick) {
+// kClear (the streaming kernel's selects, 4 bins per thread): the owner's scan uses the bins it read, and every thread
+// zeroes its own bins after the first barrier, when nobody reads them any more: the histogram is clear after the
+// second barrier, so the next pass counts into it with no clearing pass and no barrier of its own.
+template <int kThreads, bool kClear = false>
+__device__ inline BinPick find_bin(uint32_t* hist, uint32_t need, uint32_t* s_warp, BinPick* s_pick) {
   constexpr int kWarps = kThreads / 32;
   constexpr int kPer = kBins / kThreads;
   static_assert(kBins % kThreads == 0, "bins per thread");
@@ -122,10 +126,12 @@ __device__ inline BinPick find_bin(const uint32_t* hist, uint32_t need, uint32_t
   // otherwise meet in two bank groups (the scalar loop was a 16-way conflict). hist is 16-byte aligned.
   const uint4* h4 = reinterpret_cast<const uint4*>(hist + tid * kPer);
   uint32_t mine = 0;
+  uint4 last{};  // kClear: the thread's bins (kPer 4: one uint4)
 #pragma unroll
   for (int i = 0; i < kPer / 4; ++i) {
     const uint4 x = h4[(i + (tid >> 1)) & (kPer / 4 - 1)];
     mine += x.x + x.y + x.z + x.w;
+    last = x;
   }
   uint32_t incl = mine;  // sum over lanes >= lane of this warp
 #pragma unroll
@@ -138,6 +144,23 @@ __device__ inline BinPick find_bin(const uint32_t* hist, uint32_t need, uint32_t
   static_assert(kWarps <= 32, "one lane per warp");
   // bins owned by higher threads: this warp's higher lanes, then the higher warps (one lane each)
   uint32_t above = incl - mine + __reduce_add_sync(ptx::kFullMask, lane > warp && lane < kWarps ? s_warp[lane] : 0u);
+  if constexpr (kClear) {
+    static_assert(kPer == 4, "one uint4 of bins per thread");
+    if (above < need && above + mine >= need) {  // exactly one thread
+      const uint32_t c[4] = {last.x, last.y, last.z, last.w};
+#pragma unroll
+      for (int i = kPer - 1; i >= 0; --i) {
+        if (above + c[i] >= need) {
+          *s_pick = BinPick{uint32_t(tid * kPer + i), above, c[i]};
+          break;
+        }
+        above += c[i];
+      }
+    }
+    reinterpret_cast<uint4*>(hist)[tid] = make_uint4(0u, 0u, 0u, 0u);  // = hist + tid * kPer
+    __syncthreads();
+    return *s_pick;
+  }
   if (above < need && above + mine >= need) {  // exactly one thread
     for (int i = kPer - 1; i >= 0; --i) {
       const uint32_t c = hist[tid * kPer + i];

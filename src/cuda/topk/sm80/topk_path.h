@@ -33,5 +33,10 @@ void set_topk_emit(TopkEmit emit);
 void set_topk_l2_prefetch(int mode);
 void set_topk_lean_select(int mode);
 void set_topk_offset_digit(int mode);
+// Benchmarks and tests, -1 the plan's (off), 0 off, 1 on (session 8, unmeasured): the sampled kernel's streaming
+// filter (topk_op::Tuning::stream; 1024 threads, kept-masks emits) and, with it and the offset digit, the offset
+// digit's histogram counted in the filter (Tuning::fused_count).
+void set_topk_stream(int mode);
+void set_topk_fused_count(int mode);
 
 }  // namespace attnserve::cuda

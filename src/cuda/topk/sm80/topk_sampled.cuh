@@ -125,10 +125,10 @@ __device__ __forceinline__ void count_quad(uint32_t* hist, const uint32_t (&v)[4
 // One histogram pass over the keys in every warp's segment (S.cnt[w] <= kSegCap entries each): the digit
 // of the entries that match `st`. Plain shared atomics, per-thread loops over 16-byte quads of entries
 // (segments are 16-byte aligned: kSegCap * 4 bytes is a multiple of 16). Ends with a barrier.
-template <int kThreads>
+template <int kThreads, bool kCleared = false>
 __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  clear_histogram<kThreads>(S);
+  if constexpr (!kCleared) clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   const uint4* pos4 = reinterpret_cast<const uint4*>(S.pos + warp * kSegCap);
@@ -160,10 +160,10 @@ __device__ inline void candidate_histogram(SampledSmem<kThreads>& S, const Selec
 // per entry (ptxas puts a branch around every conditional shared atomic); later digits match the fixed prefix
 // by key - lo <= span (one subtraction and one compare instead of the guarded shift and compare). The same
 // histogram as candidate_histogram.
-template <int kThreads>
+template <int kThreads, bool kCleared = false>
 __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const SelectState& st, SelectDigit dg) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  clear_histogram<kThreads>(S);
+  if constexpr (!kCleared) clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   const uint32_t mask = (1u << dg.width) - 1u;
@@ -194,10 +194,10 @@ __device__ inline void candidate_histogram_lean(SampledSmem<kThreads>& S, const 
 // float is 8 bins: shared-atomic contention, and a second pass over hundreds of matches); here 4095 bins
 // of 2^16 keys each span 2^28 keys (> 30 octaves) above t.
 constexpr int kOffsetShift = 16;
-template <int kThreads>
+template <int kThreads, bool kCleared = false>
 __device__ inline void candidate_histogram_offset(SampledSmem<kThreads>& S, uint32_t base) {
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  clear_histogram<kThreads>(S);
+  if constexpr (!kCleared) clear_histogram<kThreads>(S);
   const uint32_t n = S.cnt[warp];
   const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
   for (uint32_t q = lane; 4 * q < n; q += 32) {
@@ -229,16 +229,21 @@ __device__ __forceinline__ SelectDigit select_digit_after_offset(int pass) {
 // floor_key (block-uniform, with_pos only; 0: none): every entry's key is >= it, and the first digit is the
 // offset digit (candidate_histogram_offset); a k-th entry in its top bin restarts from the standard digits.
 // Either way the same entries are at_or_above() the result.
-template <int kThreads>
+// offset_hist_ready (block-uniform, with floor_key only): S.hist already holds the offset digit's histogram of the
+// segments (the streaming filter's fused count), so its pass starts at find_bin.
+// kCleared (the streaming kernel): S.hist is all zeros on entry and is left so (find_bin<kThreads, true> clears it):
+// the passes count without a clearing pass and its barrier.
+template <int kThreads, bool kCleared = false>
 __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos,
-                                                bool lean = false, uint32_t floor_key = 0) {
+                                                bool lean = false, uint32_t floor_key = 0,
+                                                bool offset_hist_ready = false) {
   SelectState st;
   const uint32_t r = need;
   bool after_offset = false;
   if (floor_key != 0) {
     const uint32_t base = floor_key >> kOffsetShift;
-    candidate_histogram_offset<kThreads>(S, base);
-    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    if (!offset_hist_ready) candidate_histogram_offset<kThreads, kCleared>(S, base);
+    const BinPick pick = find_bin<kThreads, kCleared>(S.hist, need, S.warp[0], &S.pick);
     if (pick.digit < uint32_t(kBins - 1)) {  // else the k-th is above the digit's range: the standard passes
       need -= pick.above;
       st.kprefix = base + pick.digit;
@@ -249,9 +254,9 @@ __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32
   }
   for (int pass = 0; pass < (after_offset ? 5 : with_pos ? 6 : 3); ++pass) {
     const SelectDigit dg = after_offset ? select_digit_after_offset(pass) : select_digit(pass);
-    if (lean && !dg.on_pos) candidate_histogram_lean<kThreads>(S, st, dg);
-    else candidate_histogram<kThreads>(S, st, dg);
-    const BinPick pick = find_bin<kThreads>(S.hist, need, S.warp[0], &S.pick);
+    if (lean && !dg.on_pos) candidate_histogram_lean<kThreads, kCleared>(S, st, dg);
+    else candidate_histogram<kThreads, kCleared>(S, st, dg);
+    const BinPick pick = find_bin<kThreads, kCleared>(S.hist, need, S.warp[0], &S.pick);
     need -= pick.above;
     if (!dg.on_pos) {
       st.kprefix = (st.kprefix << (st.kshift - dg.shift)) | pick.digit;
@@ -300,6 +305,28 @@ __device__ __forceinline__ void prefetch_steps_l2(const float4* q4, int32_t nq, 
   if ((lane >> 2) >= n) return;
   const int32_t q = (first + (lane >> 2) * stride) * 32 + (lane & 3) * 8;  // 8 quads: one 128-byte line
   if (q < nq) asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(q4 + q)));
+}
+
+// ---- the streaming filter (kStream kernels: topk_op::Tuning::stream, session 8)
+// Each thread keeps kStreamRing 16-byte cp.async copies of its own next quads in flight in a ring after
+// SampledSmem ([kStreamRing][kThreads] quads: lane-contiguous, no bank conflict); the filter takes two quads (8 values)
+// a turn and refills their slots with the quads two turns ahead. The first two turns are issued right after the
+// sample's loads, so they land while the threshold is found. A thread reads only the slots it filled itself
+// (cp.async.wait_group makes them visible to it): no barrier.
+constexpr int kStreamRing = 4;  // = topk_op::kStreamRingQuads (topk.cu static_asserts the shared-memory size)
+
+// A non-coherent 16-byte global load that the compiler neither drops nor speculates out of its branch.
+__device__ __forceinline__ float4 ldg_f4_volatile(const float4* p) {
+  float4 v;
+  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(__cvta_generic_to_global(p)));
+  return v;
+}
+
+// The offset digit's bin of a candidate key (candidate_histogram_offset's: key >= the threshold, base = t >> 16).
+__device__ __forceinline__ uint32_t offset_bin(uint32_t key, uint32_t base) {
+  return min((key >> kOffsetShift) - base, uint32_t(kBins - 1));
 }
 
 // ---- thread-block clusters (sm_90; compiled out below, where every launch is one CTA per row)
@@ -497,18 +524,40 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
 }
 
 // One row per CTA (grid = rows), or one row per cluster of nranks CTAs (grid = rows * nranks, sm_90).
-// kKeepMasks: the emit's variant (emit_selected).
-template <int kThreads, int kUnroll, bool kKeepMasks>
+// kKeepMasks: the emit's variant (emit_selected). kStream: the streaming filter (above; its dynamic shared memory
+// is SampledSmem plus the ring; each warp converts its candidates to keys after its filter; the selects keep the
+// histogram clear); no L2 prefetch.
+template <int kThreads, int kUnroll, bool kKeepMasks, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     topk_sampled_kernel(const __grid_constant__ TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
   static_assert(kUnroll % 2 == 0, "values are compacted 8 per lane");
   extern __shared__ uint4 smem_raw[];
   SampledSmem<kThreads>& S = *reinterpret_cast<SampledSmem<kThreads>*>(smem_raw);
+  static_assert(sizeof(SampledSmem<kThreads>) % 16 == 0, "the ring starts 16-byte aligned");
+  uint4* const ring = smem_raw + sizeof(SampledSmem<kThreads>) / 16;  // kStream: [kStreamRing][kThreads]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned lanes_below = (1u << lane) - 1u;
   const uint32_t nranks = cluster_ctas(), rank = cluster_rank();  // 1, 0 without a cluster launch
   const int64_t row = blockIdx.x / nranks;
+  // kStream, rows without row starts (they begin at scores + row * stride) in the sampled regime's width: the
+  // sample's load is issued for a whole row (len = width) before the row's length has arrived from memory (one
+  // round trip earlier); a row of another length reloads it (the sample's positions depend on the length). (The
+  // ring's first turns are issued once the length is known: issued here, ptxas put them ahead of the sample's load.)
+  bool spec = false;  // kStream: the speculative sample load was issued
+  float4 spec_v = make_float4(0.f, 0.f, 0.f, 0.f);
+  int32_t spec_nq = 0;
+  if constexpr (kStream) {
+    static_assert(kSampleChunks == kWarps, "one sample chunk per warp (1024 threads)");
+    if (p.row_starts == nullptr && p.width > kExactMax) {  // grid-uniform
+      spec = true;
+      const float* s0 = p.scores + row * p.score_row_stride;
+      const int32_t h0 = int32_t(((16u - (uint32_t(reinterpret_cast<uintptr_t>(s0)) & 15u)) & 15u) >> 2);
+      spec_nq = int32_t((p.width - h0) >> 2);  // >= 1023
+      const int32_t q0 = int32_t(int64_t(warp) * (spec_nq - kSampleQuads) / (kSampleChunks - 1));
+      spec_v = __ldg(reinterpret_cast<const float4*>(s0 + h0) + q0 + lane);
+    }
+  }
   const RowView rv = row_view(p, row);
   const int64_t len = rv.len;
   const int k = p.k;
@@ -519,6 +568,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   // Rows loaded whole are CTA 0's alone (every CTA of a cluster returns here or below together: the row
   // decides, and it is the same row).
   if (len <= kExactMax && rank != 0) return;
+  if constexpr (kStream) {  // the selects' histogram starts clear (seen after the first barrier below) and stays so
+    static_assert(kBins == 4 * kThreads, "one uint4 of the histogram per thread");
+    reinterpret_cast<uint4*>(S.hist)[tid] = make_uint4(0u, 0u, 0u, 0u);
+  }
   const float* s = rv.s;
   if (p.debug_stop == 1) return;
 
@@ -531,8 +584,9 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   const int32_t steps = (nq + 31) >> 5;  // 32 quads (128 values) per step; warp w takes steps w, w + kWarps, ...
   uint32_t* seg_bits = S.bits + warp * kSegCap;
   uint32_t* seg_pos = S.pos + warp * kSegCap;
-  uint32_t cnt = 0;         // warp-uniform: entries of this warp's segment
-  uint32_t cand_floor = 0;  // the sampled regime's threshold key t (> 0: every candidate's key is >= it)
+  uint32_t cnt = 0;                // warp-uniform: entries of this warp's segment
+  uint32_t cand_floor = 0;         // the sampled regime's threshold key t (> 0: every candidate's key is >= it)
+  bool offset_hist_ready = false;  // kStream, fused count: S.hist holds the offset digit's histogram
 
   // Appends the lanes' flagged values (warp-synchronous), in lane order.
   auto push1 = [&](bool cand, float x, uint32_t pos) {
@@ -585,60 +639,81 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     constexpr int kChunksPerWarp = kSampleChunks / kWarps;
     static_assert(kSampleChunks % kWarps == 0 && kChunksPerWarp * kSampleQuads * 4 <= kSegCap, "sample layout");
     float4 v[kChunksPerWarp];
+    const bool spec_hit = kStream && spec && nq == spec_nq;  // block-uniform: the speculative sample is this row's
+    if (!spec_hit) {
 #pragma unroll
-    for (int c = 0; c < kChunksPerWarp; ++c) {
-      const int chunk = warp + c * kWarps;
-      const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
-      v[c] = __ldg(q4 + q0 + lane);
+      for (int c = 0; c < kChunksPerWarp; ++c) {
+        const int chunk = warp + c * kWarps;
+        const int32_t q0 = int32_t(int64_t(chunk) * (nq - kSampleQuads) / (kSampleChunks - 1));
+        // (kStream: a volatile load, so that ptxas keeps the branch: it had loaded unconditionally, and the hit
+        // path then waited for that load)
+        if constexpr (kStream) v[c] = ldg_f4_volatile(q4 + q0 + lane);
+        else v[c] = __ldg(q4 + q0 + lane);
+      }
     }
     const int32_t wstride = int32_t(nranks) * kWarps;  // steps between a warp's consecutive steps
     const int32_t first_step = int32_t(rank) * kWarps + warp;
-    // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
-    // behind the prefetches (ptxas issues it once they land, after their key conversion: checked in the SASS).
-    if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
+    // The streaming filter's ring slot `slot` <- this lane's quad of step `step` (none past the row).
+    const auto ring_fill = [&](int32_t step, int slot) {
+      const int32_t q = step * 32 + lane;
+      if (q < nq) ptx::cp_async_16(ptx::smem_addr(ring + slot * kThreads + tid), q4 + q);
+    };
+    if constexpr (kStream) {  // turns 0 and 1 (the warp's steps 0..3) stream in while the threshold is found
+      static_assert(kStreamRing == 4, "two turns of two quads");
+      ring_fill(first_step, 0), ring_fill(first_step + wstride, 1), ptx::cp_async_commit();
+      ring_fill(first_step + 2 * wstride, 2), ring_fill(first_step + 3 * wstride, 3), ptx::cp_async_commit();
+      // (A row of another length: ptxas converts the sample's keys after the first turn's copies, so the second
+      // turn waits for the reloaded sample; a whole row's sample landed with its length. Checked in the SASS.)
+      if (spec_hit) v[0] = spec_v;
+    } else {
+      // The row streams into L2 while the threshold is found. After the sample's loads, so that they do not queue
+      // behind the prefetches (ptxas issues it once they land, after their key conversion: checked in the SASS).
+      if (p.l2_prefetch) prefetch_steps_l2(q4, nq, first_step, wstride, kPrefetchSteps);
+    }
 #pragma unroll
     for (int c = 0; c < kChunksPerWarp; ++c)  // keys directly: the sample is only ranked
       reinterpret_cast<uint4*>(seg_bits + c * 128)[lane] =
           make_uint4(topk_key(v[c].x), topk_key(v[c].y), topk_key(v[c].z), topk_key(v[c].w));
     if (lane == 0) S.cnt[warp] = kChunksPerWarp * 128;
     __syncthreads();
-    if (p.debug_stop == 2) return;
+    if (p.debug_stop == 2) {
+      if constexpr (kStream) ptx::cp_async_wait<0>();
+      return;
+    }
     uint32_t t = 0;
     const float ks = float(k) * float(kSampleSize) / float(4 * nq);
     const float rf = ks + 5.f * sqrtf(ks) + 16.f;
     if (rf < float(kSampleSize)) {
-      const SelectState st = radix_select_smem<kThreads>(S, uint32_t(rf), false, p.lean_select != 0);
+      const SelectState st = radix_select_smem<kThreads, kStream>(S, uint32_t(rf), false, p.lean_select != 0);
       t = st.kshift >= 32 ? 0u : st.kprefix << st.kshift;  // the lower edge of the chosen key bin
     }
     // Everything read from the sample was read before find_bin's last barrier: the segments are free.
-    if (p.debug_stop == 3) return;
+    if (p.debug_stop == 3) {
+      if constexpr (kStream) ptx::cp_async_wait<0>();
+      return;
+    }
 
     // ---- 2. filter: values x >= tf (key >= t; t == 0: everything, NaN included) into the warp's segment.
     // Global warp gw = rank * kWarps + warp of the cluster takes steps gw, gw + nranks * kWarps, ...
     const bool take_all = t == 0;
     cand_floor = t;
     const float tf = key_threshold_float(t);
-    if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
-      int32_t jj = -1;
-      if (lane < head) jj = lane;
-      else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
-      const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
-      push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
-    }
-    static_assert(kPrefetchSteps % kUnroll == 0 && kUnroll <= 8, "prefetched steps: whole iterations, 8 per warp");
-    for (int32_t s0 = first_step; s0 < steps; s0 += wstride * kUnroll) {
-      // kPrefetchSteps ahead: this iteration's steps were prefetched one or two iterations (or the threshold) ago.
-      if (p.l2_prefetch) prefetch_steps_l2(q4, nq, s0 + kPrefetchSteps * wstride, wstride, kUnroll);
-      float4 v4[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t q = (s0 + u * wstride) * 32 + lane;
-        v4[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (kStream) {
+      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+        int32_t jj = -1;
+        if (lane < head) jj = lane;
+        else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+        const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
+        push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
       }
-#pragma unroll
-      for (int g = 0; g < kUnroll; g += 2) {  // 8 values per lane: two quads
-        const int32_t qa = (s0 + g * wstride) * 32 + lane, qb = qa + wstride * 32;
-        const float x[8] = {v4[g].x, v4[g].y, v4[g].z, v4[g].w, v4[g + 1].x, v4[g + 1].y, v4[g + 1].z, v4[g + 1].w};
+      // Turn g: the warp's steps s0 = first_step + 2 g wstride and s0 + wstride, from ring slots 2 (g & 1) + {0, 1}.
+      for (int32_t g = 0, s0 = first_step; s0 < steps; ++g, s0 += 2 * wstride) {
+        ptx::cp_async_wait<1>();  // turn g landed (turn g + 1 may still be in flight)
+        const int slot = (g & 1) * 2;
+        const uint4 ra = ring[slot * kThreads + tid], rb = ring[(slot + 1) * kThreads + tid];
+        const int32_t qa = s0 * 32 + lane, qb = qa + wstride * 32;
+        const float x[8] = {__uint_as_float(ra.x), __uint_as_float(ra.y), __uint_as_float(ra.z), __uint_as_float(ra.w),
+                            __uint_as_float(rb.x), __uint_as_float(rb.y), __uint_as_float(rb.z), __uint_as_float(rb.w)};
         uint32_t m8 = 0;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
@@ -648,6 +723,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
         const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
         const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
         const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
+        // Refill the two slots just read with turn g + 2 (their values are in registers: the ballots used them;
+        // the fence keeps the slots' loads above the copies).
+        asm volatile("" ::: "memory");
+        ring_fill(s0 + 4 * wstride, slot), ring_fill(s0 + 5 * wstride, slot + 1), ptx::cp_async_commit();
         if ((b0 | b1 | b2 | b3) == 0) continue;
         uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
                        4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
@@ -661,6 +740,75 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
               seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
             }
             ++off;
+          }
+        }
+      }
+      ptx::cp_async_wait<0>();  // no copy outlives the filter
+      // Each warp, once its own filter is done (while others still stream): its segment's bits become keys and,
+      // with the fused count (one CTA per row: a cluster's CTAs each hold a share; take_all has no offset digit),
+      // their offset digits are counted into S.hist, which is clear (the kernel cleared it, the sample's select left
+      // it so). The candidates' select then starts at the offset digit's find_bin. (In the filter's loop the key
+      // and the count per candidate nearly doubled its instructions: counted in the SASS.)
+      const bool fused = p.fused_count && p.offset_digit && nranks == 1 && !take_all;  // block-uniform
+      const uint32_t obase = t >> kOffsetShift;
+      offset_hist_ready = fused;
+      __syncwarp();  // the warp's lanes wrote the segment's entries
+      const uint32_t n = cnt < uint32_t(kSegCap) ? cnt : uint32_t(kSegCap);  // more: the fallback, unread
+      uint4* b4 = reinterpret_cast<uint4*>(seg_bits);
+      for (uint32_t q = lane; 4 * q < n; q += 32) {  // entries past n in the last quad: converted, never counted
+        const uint4 b = b4[q];
+        const uint32_t kk[4] = {topk_key(__uint_as_float(b.x)), topk_key(__uint_as_float(b.y)),
+                                topk_key(__uint_as_float(b.z)), topk_key(__uint_as_float(b.w))};
+        b4[q] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
+        if (fused) count_quad(S.hist, kk, q, n, [&](uint32_t key) { return offset_bin(key, obase); });
+      }
+      __syncwarp();
+    } else {                         // the default filter
+      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+        int32_t jj = -1;
+        if (lane < head) jj = lane;
+        else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+        const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
+        push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
+      }
+      static_assert(kPrefetchSteps % kUnroll == 0 && kUnroll <= 8, "prefetched steps: whole iterations, 8 per warp");
+      for (int32_t s0 = first_step; s0 < steps; s0 += wstride * kUnroll) {
+        // kPrefetchSteps ahead: this iteration's steps were prefetched one or two iterations (or the threshold) ago.
+        if (p.l2_prefetch) prefetch_steps_l2(q4, nq, s0 + kPrefetchSteps * wstride, wstride, kUnroll);
+        float4 v4[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int32_t q = (s0 + u * wstride) * 32 + lane;
+          v4[u] = q < nq ? __ldg(q4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int g = 0; g < kUnroll; g += 2) {  // 8 values per lane: two quads
+          const int32_t qa = (s0 + g * wstride) * 32 + lane, qb = qa + wstride * 32;
+          const float x[8] = {v4[g].x, v4[g].y, v4[g].z, v4[g].w, v4[g + 1].x, v4[g + 1].y, v4[g + 1].z, v4[g + 1].w};
+          uint32_t m8 = 0;
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            if (take_all || x[e] >= tf) m8 |= 1u << e;
+          if (qa >= nq) m8 &= 0xf0u;
+          if (qb >= nq) m8 &= 0x0fu;
+          const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
+          const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
+          const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
+          if ((b0 | b1 | b2 | b3) == 0) continue;
+          uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
+                         4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
+          cnt +=
+              uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2)) + 8u * uint32_t(__popc(b3));
+          const uint32_t pa = uint32_t(head + 4 * qa), pb = uint32_t(head + 4 * qb);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            if ((m8 >> e) & 1u) {
+              if (off < uint32_t(kSegCap)) {
+                seg_bits[off] = __float_as_uint(x[e]);
+                seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
+              }
+              ++off;
+            }
           }
         }
       }
@@ -687,10 +835,10 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     return;
   }
 
-  // ---- 3. exact radix select on (key, position)
-  segment_bits_to_keys<kThreads>(S);
-  const SelectState st =
-      radix_select_smem<kThreads>(S, uint32_t(k), true, p.lean_select != 0, p.offset_digit ? cand_floor : 0u);
+  // ---- 3. exact radix select on (key, position) (the streaming filter's warps converted the sampled regime's keys)
+  if (!kStream || len <= kExactMax) segment_bits_to_keys<kThreads>(S);
+  const SelectState st = radix_select_smem<kThreads, kStream>(S, uint32_t(k), true, p.lean_select != 0,
+                                                              p.offset_digit ? cand_floor : 0u, offset_hist_ready);
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
