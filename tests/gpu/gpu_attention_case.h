@@ -181,7 +181,7 @@ struct GpuResult {
 
 // Runs the case on the GPU (poisoned outputs, optional tuning) and returns the downloaded tensors.
 inline GpuResult run_on_gpu(const AttnCase& c, const cuda::attn::Tuning& tune) {
-  DeviceTensor dq(c.q), dk(c.kc), dv(c.vc), dp(c.pt_gpu.numel() > 0 ? c.pt_gpu : c.pt), ds(c.seqlens), dc(c.cu);
+  DeviceTensor dq(c.q), dk(c.kc), dv(c.vc), dp(c.pt_gpu.view.ndim > 0 ? c.pt_gpu : c.pt), ds(c.seqlens), dc(c.cu);
   const int hq_alloc = c.spec.strided ? c.spec.h_q + 1 : c.spec.h_q;
   HostTensor out_h(c.spec.dtype, {c.total_q, hq_alloc, c.spec.dv()}), lse_h(DType::f32, {c.total_q, c.spec.h_q});
   set_nan(out_h);
