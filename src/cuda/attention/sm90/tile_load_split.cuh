@@ -2,7 +2,8 @@
 // kKvLean; Tuning::sm90_tma 2 / 3 / 4) for full tiles on pages of a multiple of 16. Device code for sm_90a.
 //
 // Why (bench/NOTES.md "Session 8: Hopper prefill, K by TMA and V by cp.async"): at page 16 a whole tile by
-// TMA is 32 boxes of 2 KB, and the TMA unit takes ~130 SM clocks a box, more than the tile's math; the
+// TMA is 32 boxes of 2 KB, and at the TMA unit's ~130 SM clocks a box (session 6) that is more than the
+// tile's ~3800 clocks of math; the
 // cp.async gather (tile_load.cuh) costs each producer warp ~330 instructions a 128-key tile at d 128 (the
 // SASS of 2230f8e: 128 for the rows' page ids with their bounds tests and 64-bit addresses, 38 for the
 // TMA test, 150 for the slots and the 32 copies), on the SMSPs the consumers issue from. Here:
