@@ -193,6 +193,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
       c.m_blocks = ceil_div(rows_max, attn90::kRows);
       c.smem = attn90::fp8_smem_bytes(d);
       c.ctas_per_sm = 1;
+      // K of full tiles by TMA (opt-in, Tuning::sm90_tma 1; not measured yet): pages of a multiple of 16.
+      c.sm90_tma = tune.sm90_tma == attn90::kKvTma && attn90::tma_applies(p.page_size);
+      c.sm90_kv_load = c.sm90_tma ? attn90::kKvTma : attn90::kKvGather;
     }
   } else if (want90 && sm90_supports(p, caps, targets, variant)) {
     c.kernel = Kernel(variant);
