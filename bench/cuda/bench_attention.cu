@@ -522,7 +522,14 @@ void bench_prefill(const std::string& name, int b, int s, int h_q, int h_kv, int
                   : cfg.sm90() == 2 ? "warp-specialized"
                                     : "coop");
   else std::snprintf(note, sizeof note, "[splits %d stages %d mt %d]", cfg.num_splits, cfg.stages, cfg.mt);
+  // The loader: " tma" (whole tiles, or K / V of the split loaders), " ktma" / " vtma" / " lean" (sm90_kv_load).
   if (cfg.sm90_tma) std::strncat(note, " tma", sizeof note - std::strlen(note) - 1);
+  if (cfg.sm90_kv_load >= 2)
+    std::strncat(note,
+                 cfg.sm90_kv_load == 2   ? " ktma"
+                 : cfg.sm90_kv_load == 3 ? " vtma"
+                                         : " lean",
+                 sizeof note - std::strlen(note) - 1);
   char clock[32];
   std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
   report_flops(name, us, flops, bytes, note + std::string(clock));
@@ -596,7 +603,8 @@ void bench_prefill_fp8(const std::string& name, int b, int s, int h_q, int h_kv,
   const double bytes = 2.0 * b * double(ctx) * h_kv * d + double(total_q) * h_q * d * 3;
   char clock[32];
   std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
-  report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]" + clock);
+  report_flops(name, us, flops, bytes,
+               std::string("[") + cuda::attn::kernel_name(cfg.kernel) + (cfg.sm90_tma ? " k-tma" : "") + "]" + clock);
 }
 
 // The in-run drift (session 5's final check: the first prefill case 573 TFLOP/s, its repeat 20 cases
@@ -1150,6 +1158,45 @@ int main(int argc, char** argv) try {
     bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d192/128 causal tma", 1, 8192, 32, 8, 192, 0, bt, 16, 128);
     bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d256 causal cp.async", 1, 8192, 32, 8, 256, 0, a);
     bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d256 causal tma", 1, 8192, 32, 8, 256, 0, bt);
+  }
+  // FP8: K of full tiles by TMA (Tuning::sm90_tma 1, opt-in; V keeps its cp.async staging) beside cp.async K,
+  // adjacent on each shape ("fp8tma" selects them alone).
+  {
+    cuda::attn::Tuning a8, k8;
+    a8.sm90 = k8.sm90 = 8;
+    a8.sm90_tma = 0;
+    k8.sm90_tma = 1;
+    for (int page : {16, 64, 128}) {
+      const std::string pg = " page" + std::to_string(page);
+      bench_prefill_fp8("fp8tma prefill b1 s8K hq32 hkv8 d128 causal" + pg + " cp.async", 1, 8192, 32, 8, 128, 0, a8,
+                        page);
+      bench_prefill_fp8("fp8tma prefill b1 s8K hq32 hkv8 d128 causal" + pg + " ktma", 1, 8192, 32, 8, 128, 0, k8, page);
+    }
+    bench_prefill_fp8("fp8tma extend b8 prefix4K +1K hq32 hkv8 page16 cp.async", 8, 1024, 32, 8, 128, 4096, a8);
+    bench_prefill_fp8("fp8tma extend b8 prefix4K +1K hq32 hkv8 page16 ktma", 8, 1024, 32, 8, 128, 4096, k8);
+  }
+  // The ping-pong's split K/V loaders beside the gather and whole-tile TMA, adjacent on each shape ("kvsplit"
+  // selects them alone; Tuning::sm90_tma 0: cp.async gather, 2: K by TMA + V by the lean gather, 3: V by TMA
+  // + K by the lean gather, 4: both by the lean gather, 1: whole tiles by TMA; sm90/tile_load_split.cuh).
+  {
+    const std::pair<int, const char*> loads[] = {
+        {0, " cp.async"}, {2, " ktma"}, {3, " vtma"}, {4, " lean"}, {1, " tma"}};
+    auto rows = [&](const std::string& shape, int b, int s, int h_q, int h_kv, int d, int prefix, int page, int d_v) {
+      for (auto [kv, tag] : loads) {
+        cuda::attn::Tuning t;
+        t.sm90 = 3;
+        t.sm90_tma = kv;
+        bench_prefill("kvsplit " + shape + tag, b, s, h_q, h_kv, d, prefix, t, page, d_v);
+      }
+    };
+    rows("prefill b1 s8K hq32 hkv8 d128 causal r1", 1, 8192, 32, 8, 128, 0, 16, 0);
+    rows("extend b8 prefix4K +1K hq32 hkv8 page16", 8, 1024, 32, 8, 128, 4096, 16, 0);
+    rows("prefill b1 s16K hq64 hkv8 d128 causal", 1, 16384, 64, 8, 128, 0, 16, 0);
+    rows("prefill b1 s8K hq32 hkv8 d128 causal page32", 1, 8192, 32, 8, 128, 0, 32, 0);
+    rows("prefill b1 s8K hq32 hkv8 d128 causal page64", 1, 8192, 32, 8, 128, 0, 64, 0);
+    rows("prefill b1 s8K hq32 hkv8 d192/128 causal", 1, 8192, 32, 8, 192, 0, 16, 128);
+    rows("prefill b1 s8K hq32 hkv8 d256 causal", 1, 8192, 32, 8, 256, 0, 16, 0);
+    rows("prefill b1 s8K hq32 hkv8 d128 causal r2", 1, 8192, 32, 8, 128, 0, 16, 0);
   }
   // The in-run drift, measured (`bench_attention drift` only; 12 rounds hot, 2 s idle, 12 rounds, 5 fresh).
   bench_drift("drift pp b1x8K", 12, 2000, cuda::attn::Tuning{.sm90 = 3});

@@ -169,6 +169,48 @@ TEST(OpPlanAttention, TmaLoaderOnlyForProducerKernelsOnPagesOf16) {
   }
   EXPECT_FALSE(plan({.sm90 = 1, .sm90_tma = 1}).sm90_tma) << "kCoop has no producer";
   EXPECT_FALSE(plan({.sm90 = 0, .sm90_tma = 1}).sm90_tma) << "the portable kernel";
+  // Plan::sm90_kv_load follows: whole-tile TMA exactly where sm90_tma, else the gather.
+  EXPECT_EQ(plan({}).sm90_kv_load, cuda::attn90::kKvGather);
+  EXPECT_EQ(plan({}, 64).sm90_kv_load, cuda::attn90::kKvTma);
+  EXPECT_EQ(plan({.sm90_tma = 0}, 64).sm90_kv_load, cuda::attn90::kKvGather);
+}
+
+// The split loaders (Tuning::sm90_tma 2 / 3 / 4, sm90/tile_load_split.cuh): opt-in only, on the ping-pong
+// (the auto kernel) at d 128, 192/128 and 256, on pages of a multiple of 16; elsewhere the gather.
+TEST(OpPlanAttention, SplitLoadersOnlyOnThePingPongAtTheirHeadDims) {
+  using cuda::attn::Tuning;
+  namespace a90 = cuda::attn90;
+  auto plan = [](const Tuning& t, int64_t page = 16, int d = 128, int d_v = 0) {
+    Problem p = problem(1, 4096, 4096, d, DType::bf16, d_v);
+    p.page_size = page;
+    p.max_pages = (4096 + page - 1) / page;
+    return cuda::attn::make_plan(p, kH200, t, kWithSm90);
+  };
+  for (int kv : {a90::kKvKTma, a90::kKvVTma, a90::kKvLean}) {
+    SCOPED_TRACE("sm90_tma " + std::to_string(kv));
+    for (int64_t page : {16, 32, 48, 64, 128, 256}) {
+      const Plan c = plan({.sm90_tma = kv}, page);
+      EXPECT_EQ(c.kernel, Kernel::sm90_ping_pong) << page;
+      EXPECT_EQ(c.sm90_kv_load, kv) << page;
+      EXPECT_EQ(c.sm90_tma, kv != a90::kKvLean) << page << ": tensor maps for the TMA halves only";
+    }
+    EXPECT_EQ(plan({.sm90_tma = kv}, 16, 192, 128).sm90_kv_load, kv);
+    EXPECT_EQ(plan({.sm90_tma = kv}, 16, 256).sm90_kv_load, kv);
+    EXPECT_EQ(plan({.sm90 = 3, .sm90_tma = kv}).sm90_kv_load, kv);
+    for (int64_t page : {1, 8, 24}) {
+      EXPECT_EQ(plan({.sm90_tma = kv}, page).sm90_kv_load, a90::kKvGather) << page;
+      EXPECT_FALSE(plan({.sm90_tma = kv}, page).sm90_tma) << page;
+    }
+    for (auto [d, d_v] : {std::pair{64, 64}, {96, 96}, {192, 192}})
+      EXPECT_EQ(plan({.sm90_tma = kv}, 16, d, d_v).sm90_kv_load, a90::kKvGather) << d << "/" << d_v << ": not built";
+    for (int v : {1, 2, 4}) {
+      const Plan c = plan({.sm90 = v, .sm90_tma = kv});
+      EXPECT_EQ(c.sm90_kv_load, a90::kKvGather) << "kernel " << v << ": the ping-pong only";
+      EXPECT_FALSE(c.sm90_tma) << v;
+    }
+  }
+  EXPECT_FALSE(a90::split_built(64, 64));
+  EXPECT_TRUE(a90::split_built(128, 128) && a90::split_built(192, 128) && a90::split_built(256, 256));
 }
 
 TEST(OpPlanAttention, DeterministicUsesFixedSplitsOfRowBlocksOf16) {

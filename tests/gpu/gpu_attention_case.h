@@ -3,6 +3,9 @@
 // cache slot no request owns, query rows outside the batch on both sides (must stay untouched).
 // Check: fp64 oracle = reference; the f32 oracle on the same narrow tensors sets the tolerance
 // (DESIGN.md rule); outputs poisoned before each launch; two launches give identical bits.
+// Optional: invalid page ids inside the keys (AttnSpec::invalid_page_every), which the GPU kernels read as
+// zeros, so the oracle reads a page of zeros there; twins (other tunings) against the same oracle and bit
+// for bit against the spec's run.
 #pragma once
 #include <algorithm>
 #include <numeric>
@@ -32,6 +35,10 @@ struct AttnSpec {
   bool strided = false;         // q and out as head-slices of wider tensors
   cuda::attn::Tuning tuning{};  // forced split count / stages / tile rows
   float q_range = 2.f;
+  // > 0: every invalid_page_every-th page of each request (positions n - 1, 2n - 1, ...) has an invalid id
+  // in the GPU's page table (alternately negative and >= num_pages), and the oracle's table points there to
+  // a page of zeros (what the kernels read for an invalid id). The CUDA path does not check page ids.
+  int invalid_page_every = 0;
   int dv() const { return d_v > 0 ? d_v : d; }
 };
 
@@ -57,6 +64,7 @@ struct AttnCase {
   AttnSpec spec;
   int b = 0, total_q = 0, num_pages = 0, max_pages = 0, max_q = 0;
   HostTensor q, kc, vc, pt, seqlens, cu, kds, vds;
+  HostTensor pt_gpu;  // the GPU's page table where it differs from the oracle's (invalid_page_every)
   TensorView q_view;  // q (possibly strided)
 
   explicit AttnCase(const AttnSpec& s, std::mt19937_64& g) : spec(s) {
@@ -103,6 +111,19 @@ struct AttnCase {
           for (int c = 0; c < s.dv(); ++c) vc.set((slot * s.h_kv + h) * s.dv() + c, u(g));
         }
       }
+    }
+    if (s.invalid_page_every > 0) {
+      // ids[used] is no request's page: zeros in K and V; the GPU's table gets invalid ids instead.
+      const int zero_page = ids[size_t(used)];
+      for (int64_t e = 0; e < int64_t(ps) * s.h_kv * s.d; ++e) kc.set(int64_t(zero_page) * ps * s.h_kv * s.d + e, 0.f);
+      for (int64_t e = 0; e < int64_t(ps) * s.h_kv * s.dv(); ++e)
+        vc.set(int64_t(zero_page) * ps * s.h_kv * s.dv() + e, 0.f);
+      pt_gpu = pt;
+      for (int r = 0; r < b; ++r)
+        for (int i = s.invalid_page_every - 1; i < pages_of[size_t(r)]; i += s.invalid_page_every) {
+          pt.ptr<int32_t>()[r * max_pages + i] = zero_page;
+          pt_gpu.ptr<int32_t>()[r * max_pages + i] = (i / s.invalid_page_every) % 2 ? -1 - i : num_pages + i;
+        }
     }
     seqlens = HostTensor(DType::i32, {b});
     cu = HostTensor(DType::i32, {b + 1});
@@ -160,7 +181,7 @@ struct GpuResult {
 
 // Runs the case on the GPU (poisoned outputs, optional tuning) and returns the downloaded tensors.
 inline GpuResult run_on_gpu(const AttnCase& c, const cuda::attn::Tuning& tune) {
-  DeviceTensor dq(c.q), dk(c.kc), dv(c.vc), dp(c.pt), ds(c.seqlens), dc(c.cu);
+  DeviceTensor dq(c.q), dk(c.kc), dv(c.vc), dp(c.pt_gpu.view.ndim > 0 ? c.pt_gpu : c.pt), ds(c.seqlens), dc(c.cu);
   const int hq_alloc = c.spec.strided ? c.spec.h_q + 1 : c.spec.h_q;
   HostTensor out_h(c.spec.dtype, {c.total_q, hq_alloc, c.spec.dv()}), lse_h(DType::f32, {c.total_q, c.spec.h_q});
   set_nan(out_h);
@@ -186,8 +207,15 @@ inline GpuResult run_on_gpu(const AttnCase& c, const cuda::attn::Tuning& tune) {
   return {dout.download(out_h), dlse.download(lse_h), cfg.kernel};
 }
 
-// Full check of one spec; returns the GPU result of the first run (for cross-batch comparisons).
-inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
+// Another tuning of the same case (check_case's twins).
+struct TuningTwin {
+  cuda::attn::Tuning tuning;
+  std::string name;
+};
+
+// Full check of one spec; returns the GPU result of the first run (for cross-batch comparisons). Each twin
+// then runs on the same case against the same oracle, and must give the first run's bits.
+inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g, const std::vector<TuningTwin>& twins = {}) {
   AttnCase c(spec, g);
   const int hq_alloc = spec.strided ? spec.h_q + 1 : spec.h_q;
   // fp64 oracle on exact f32 widenings.
@@ -276,6 +304,13 @@ inline GpuResult check_case(const AttnSpec& spec, std::mt19937_64& g) {
         EXPECT_TRUE(same_bytes(first.lse, twin.lse)) << sw.name << " change the lse bits";
       }
     }
+  }
+  for (const TuningTwin& tw : twins) {
+    const GpuResult r = run_on_gpu(c, tw.tuning);
+    expect_matches_oracle(r, tw.name);
+    EXPECT_EQ(r.kernel, first.kernel) << tw.name;
+    EXPECT_TRUE(same_bytes(first.out, r.out)) << tw.name << ": out bits differ from the spec's tuning";
+    if (spec.with_lse) EXPECT_TRUE(same_bytes(first.lse, r.lse)) << tw.name << ": lse bits differ";
   }
   return first;
 }

@@ -130,7 +130,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
     case Kernel::sm80: launch_sm80(p, c, b, s); break;
     case Kernel::sm90_fp8:
 #ifdef ATTNSERVE_HAVE_SM90
-      attn90::launch_paged_attention_fp8(p, a.out.dtype, d, c.m_blocks, b, s);
+      attn90::launch_paged_attention_fp8(p, a.out.dtype, d, c.m_blocks, b, c.sm90_tma, s);
       ATTNSERVE_CUDA_CHECK_LAUNCH();
       return;
 #else
@@ -141,7 +141,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
     case Kernel::sm90_ping_pong:
     case Kernel::sm90_ping_pong_eager:
 #ifdef ATTNSERVE_HAVE_SM90
-      attn90::launch_paged_attention(p, a.q.dtype, d, d_v, c.sm90(), c.sm90_tma, c.m_blocks, b, s);
+      attn90::launch_paged_attention(p, a.q.dtype, d, d_v, c.sm90(), c.sm90_kv_load, c.m_blocks, b, s);
       ATTNSERVE_CUDA_CHECK_LAUNCH();
       return;
 #else

@@ -197,6 +197,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
       c.m_blocks = ceil_div(rows_max, attn90::kRows);
       c.smem = attn90::fp8_smem_bytes(d);
       c.ctas_per_sm = 1;
+      // K of full tiles by TMA (opt-in, Tuning::sm90_tma 1; not measured yet): pages of a multiple of 16.
+      c.sm90_tma = tune.sm90_tma == attn90::kKvTma && attn90::tma_applies(p.page_size);
+      c.sm90_kv_load = c.sm90_tma ? attn90::kKvTma : attn90::kKvGather;
     }
   } else if (want90 && sm90_supports(p, caps, targets, variant)) {
     c.kernel = Kernel(variant);
@@ -210,8 +213,16 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     // 325); on pages of 16 at d >= 128 its 2 KB boxes are slower than the cp.async gather (d 128 511 vs 564,
     // d 192/128 481 vs 547, d 256 437 vs 600). The whole GPU suite passed on both loaders (610e825).
     const bool tma_auto = (d == 128 && p.d_v == 128 && p.page_size % 64 == 0) || (d == 64 && p.d_v == 64);
-    c.sm90_tma = attn90::is_ws(variant) && attn90::tma_applies(p.page_size) &&
-                 (tune.sm90_tma > 0 || (tune.sm90_tma < 0 && tma_auto));
+    const bool tma_ok = attn90::is_ws(variant) && attn90::tma_applies(p.page_size);
+    if (attn90::is_split_load(tune.sm90_tma)) {
+      // The split loaders (opt-in): only where their kernels are built, else the gather.
+      const bool split = tma_ok && variant == attn90::kPingPong && attn90::split_built(d, p.d_v);
+      c.sm90_kv_load = split ? tune.sm90_tma : attn90::kKvGather;
+      c.sm90_tma = split && tune.sm90_tma != attn90::kKvLean;
+    } else {
+      c.sm90_tma = tma_ok && (tune.sm90_tma == attn90::kKvTma || (tune.sm90_tma < 0 && tma_auto));
+      c.sm90_kv_load = c.sm90_tma ? attn90::kKvTma : attn90::kKvGather;
+    }
   }
   c.ws_bytes = workspace_layout(c, nullptr).bytes;
   return c;

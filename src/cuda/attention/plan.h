@@ -59,7 +59,8 @@ struct Plan {
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
-  bool sm90_tma = false;     // sm90 producer kernels: whole K/V tiles by TMA boxes (sm90/kv_tma.h), else cp.async
+  bool sm90_tma = false;     // sm90 producer kernels: K/V tiles (or a half: sm90_kv_load) by TMA boxes (sm90/kv_tma.h)
+  int sm90_kv_load = 0;      // sm90 producer kernels: attn90::KvLoad (sm90/config.h); kKvTma iff sm90_tma on its own
   int sm90() const { return kernel == Kernel::sm80 ? 0 : int(kernel); }  // attn90::Variant or 0
 };
 using Config = Plan;  // the name the kernel launchers and tests knew
@@ -80,7 +81,10 @@ struct Tuning {
   int split_keys = 0;  // deterministic mode: fixed split size in keys (rounded up to 64); 0: the default
   // Hopper producer kernels (kWarpSpecialized, kPingPong, kPingPongEager) on pages of a multiple of 16:
   // -1 auto (TMA at d 128 on pages of a multiple of 64, measured: plan.cpp), 0 cp.async gather, 1 TMA
-  // boxes for whole tiles.
+  // boxes for whole tiles; the split loaders of kPingPong at d 128, 192/128, 256 (sm90/tile_load_split.cuh,
+  // opt-in, not measured yet): 2 K by TMA and V by a lean cp.async gather, 3 the reverse, 4 both by the lean
+  // gather (no TMA); where those do not apply (another kernel or head dim) the cp.async gather. The FP8 kernel
+  // (sm90_fp8): 1 = K of full tiles by TMA (V keeps its cp.async staging for the transpose), else cp.async.
   int sm90_tma = -1;
   // Portable kernel's decode / verify tiles (MT = 1) on pages too small for runs (or page runs off): -1
   // default (on), 0 off (per-row page-id lookups), 1 on: one lane per key row looks up its page id once per

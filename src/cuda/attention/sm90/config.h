@@ -65,6 +65,23 @@ constexpr std::size_t kAlignSlack = 1024;  // dynamic smem rounded up to the 102
 constexpr int kTmaMinBoxRows = 16;
 constexpr bool tma_applies(long long page_size) { return page_size > 0 && page_size % kTmaMinBoxRows == 0; }
 
+// How the producer kernels load a K/V tile (Tuning::sm90_tma's values; Plan::sm90_kv_load):
+//   kKvGather (0): the cp.async gather of tile_load.cuh, every tile.
+//   kKvTma (1): whole tiles below k_len by TMA boxes (tile_load_tma.cuh), the rest by the gather.
+//   kKvKTma (2), kKvVTma (3), kKvLean (4): the split loaders of tile_load_split.cuh, kPingPong only, at the
+//     head dims split_built() lists, on pages of a multiple of 16: a full tile (every key below k_len and
+//     inside the page table) loads K (2) or V (3) by TMA boxes and the other by a lean cp.async gather
+//     whose page and slot arithmetic is per 16-key row group (uniform over the CTA), not per row; 4 loads
+//     both by that lean gather (no TMA: the control that separates the two effects). The other tiles take
+//     the gather. bench/NOTES.md "Session 8: Hopper prefill, K by TMA and V by cp.async".
+enum KvLoad : int { kKvGather = 0, kKvTma = 1, kKvKTma = 2, kKvVTma = 3, kKvLean = 4 };
+constexpr bool is_split_load(int kv) { return kv == kKvKTma || kv == kKvVTma || kv == kKvLean; }
+// The head dims with split-loader kernels (their own instantiation TUs, *_split.cu): the d >= 128 shapes
+// where whole-tile TMA lost to the gather at page 16.
+constexpr bool split_built(int d, int d_v) {
+  return (d == 128 && d_v == 128) || (d == 192 && d_v == 128) || (d == 256 && d_v == 256);
+}
+
 constexpr bool is_ws(int variant) {
   return variant == kWarpSpecialized || variant == kPingPong || variant == kPingPongEager;
 }

@@ -8,7 +8,8 @@
 // per token through the page table by cp.async (16-byte chunks per token row) into 128-byte
 // swizzled panels (tile_load.cuh, common/wgmma.cuh); or, in the producer kernels with Plan::sm90_tma
 // (pages of a multiple of 16), whole tiles below k_len by TMA boxes of a page run each
-// (tile_load_tma.cuh), the rest still by cp.async.
+// (tile_load_tma.cuh), the rest still by cp.async; or (the ping-pong's split loaders, opt-in, launch_split)
+// K or V of full tiles by TMA and the other by a lean cp.async gather (tile_load_split.cuh).
 //
 // Kernels (config.h): kCoop, where the consumers also load (2 stages, a CTA barrier per tile);
 // kWarpSpecialized, where a producer warpgroup loads (3 stages, full/empty mbarriers); kPingPong
@@ -27,6 +28,7 @@
 #include "config.h"
 #include "cta.cuh"
 #include "cuda/common/sm90/sync.cuh"
+#include "tile_load_split.cuh"
 #include "tile_load_tma.cuh"
 #include "tile_math.cuh"
 
@@ -76,7 +78,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const Param
 
 // PINGPONG: kPingPong (LAZY) or kPingPongEager (!LAZY); else kWarpSpecialized (LAZY).
 // kv_tma: the caches' tensor maps (Plan::sm90_tma) or box_rows 0 (every tile by cp.async).
-template <typename T, int D, int DV, bool PINGPONG, bool LAZY>
+// KV: kKvGather, the kernels of launch() (whole tiles by TMA where kv_tma has maps, else the gather); or a
+// split loader (kKvKTma, kKvVTma, kKvLean: tile_load_split.cuh, launch_split(), kPingPong only).
+template <typename T, int D, int DV, bool PINGPONG, bool LAZY, int KV = kKvGather>
 __global__ void __launch_bounds__(kThreadsWs, 1)
     attention_sm90_ws_kernel(const Params p, const __grid_constant__ KvTma kv_tma) {
 #if defined(ATTNSERVE_SM90_DEVICE)
@@ -134,8 +138,37 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
         }
       }
     };
-    if (p.page_shift >= 0) produce(std::true_type{});
-    else produce(std::false_type{});
+    if constexpr (is_split_load(KV)) {
+      // Full tiles by the split loader (lane 0 of each warp issues its TMA boxes first, if any), the rest
+      // by the gather; every producer thread arrives once per tile either way (tile_load_split.cuh).
+      SplitLoader<D, DV, KV> sl(p, b, tid);
+      auto produce_split = [&](auto pow2) {
+        constexpr bool kPow2 = decltype(pow2)::value;
+        for (int t = 0; t < n; ++t) {
+          const int s = t % kStagesWs;
+          const bool full_tile = sl.template full_tile<kPow2>(p, b, kv_tma, t);
+          if (full_tile) sl.template read_pages<kPow2>(p, b, t);
+          else ld.template read_pages_t<kPow2>(p, b, t);
+          if (t >= kStagesWs) sm90::mbar_wait(empty(s), ((t / kStagesWs) - 1) & 1);
+          char* dK = sKV + s * Tr::kStageBytes;
+          int slot[SplitLoader<D, DV, KV>::kGroups];
+          if (full_tile && sl.template slots<kPow2>(p, b, t, slot)) {
+            const uint32_t sK = ptx::smem_addr(dK), sV = sK + uint32_t(Tr::kKBytes);
+            if constexpr (KV != kKvLean) sl.issue_tma(b, kv_tma, warp, KV == kKvKTma ? sK : sV, full(s));
+            sl.issue(p, slot, sK, sV);
+          } else {
+            if (full_tile) ld.template read_pages_t<kPow2>(p, b, t);  // an invalid page id: the gather's zeros
+            ld.template issue_t<kPow2>(p, b, t, dK, dK + Tr::kKBytes);
+          }
+          sm90::cp_async_mbar_arrive(full(s));
+        }
+      };
+      if (p.page_shift >= 0) produce_split(std::true_type{});
+      else produce_split(std::false_type{});
+    } else {
+      if (p.page_shift >= 0) produce(std::true_type{});
+      else produce(std::false_type{});
+    }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     return;
   }
@@ -256,6 +289,29 @@ void launch(const Params& p, int variant, bool tma, int m_blocks, int batch, cud
     (void)configured;
     kernel<<<grid, kThreads, smem_bytes(D, DV, kCoop), stream>>>(p);
   }
+}
+
+// The split loaders (kv: kKvKTma, kKvVTma or kKvLean), on the ping-pong only; instantiated in their own
+// TUs (instantiations/*_split.cu) so that the default kernels' TUs are unchanged.
+template <typename T, int D, int DV>
+void launch_split(const Params& p, int kv, int m_blocks, int batch, cudaStream_t stream) {
+  static_assert(split_built(D, DV), "config.h split_built lists the instantiated head dims");
+  const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
+  KvTma maps{};
+  if (kv != kKvLean) encode_kv_tma(p, D, DV, Traits<D, DV>::kN, maps);  // box_rows 0 where it fails: the gather
+  auto kernel = kv == kKvKTma   ? attention_sm90_ws_kernel<T, D, DV, true, true, kKvKTma>
+                : kv == kKvVTma ? attention_sm90_ws_kernel<T, D, DV, true, true, kKvVTma>
+                                : attention_sm90_ws_kernel<T, D, DV, true, true, kKvLean>;
+  const int smem = int(smem_bytes(D, DV, kPingPong));
+  static const bool configured = [&] {
+    for (auto k : {attention_sm90_ws_kernel<T, D, DV, true, true, kKvKTma>,
+                   attention_sm90_ws_kernel<T, D, DV, true, true, kKvVTma>,
+                   attention_sm90_ws_kernel<T, D, DV, true, true, kKvLean>})
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    return true;
+  }();
+  (void)configured;
+  kernel<<<grid, kThreadsWs, smem, stream>>>(p, maps);
 }
 
 }  // namespace attnserve::cuda::attn90

@@ -29,6 +29,11 @@ __device__ __forceinline__ void cp_async_mbar_arrive_inc(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+// Expect `bytes` more of asynchronous copies in the current phase, without arriving (the thread's arrival
+// comes separately, e.g. by cp_async_mbar_arrive after its own copies).
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
 // True once the phase of parity `parity` has completed (acquire semantics).
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity) {
   uint32_t done;

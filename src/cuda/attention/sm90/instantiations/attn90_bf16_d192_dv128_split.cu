@@ -1,0 +1,7 @@
+// Instantiation of the Hopper paged-attention ping-pong with the split K/V loaders (tile_load_split.cuh):
+// bf16, q/k head dim 192, v 128.
+#include "../kernel.cuh"
+
+namespace attnserve::cuda::attn90 {
+template void launch_split<__nv_bfloat16, 192, 128>(const Params&, int, int, int, cudaStream_t);
+}  // namespace attnserve::cuda::attn90

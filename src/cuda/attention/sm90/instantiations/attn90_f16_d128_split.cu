@@ -1,0 +1,7 @@
+// Instantiation of the Hopper paged-attention ping-pong with the split K/V loaders (tile_load_split.cuh):
+// f16, head dim 128.
+#include "../kernel.cuh"
+
+namespace attnserve::cuda::attn90 {
+template void launch_split<__half, 128, 128>(const Params&, int, int, int, cudaStream_t);
+}  // namespace attnserve::cuda::attn90
