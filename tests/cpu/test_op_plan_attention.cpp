@@ -142,7 +142,8 @@ TEST(OpPlanAttention, TuningForcesKernelsAndTiles) {
 }
 
 // The TMA K/V loader (Plan::sm90_tma): only the producer kernels, only pages of a multiple of 16, and
-// by default where it measured faster (d 128 on pages of a multiple of 64, d 64 on any page it takes).
+// by default where it measured faster (whole tiles: d 128 on pages of a multiple of 64, d 64 on any page it
+// takes; K by TMA with V by the lean gather: d 128 and 192/128 on the other pages of a multiple of 16).
 TEST(OpPlanAttention, TmaLoaderOnlyForProducerKernelsOnPagesOf16) {
   using cuda::attn::Tuning;
   auto plan = [](const Tuning& t, int64_t page = 16, int d = 128, int d_v = 0) {
@@ -151,14 +152,20 @@ TEST(OpPlanAttention, TmaLoaderOnlyForProducerKernelsOnPagesOf16) {
     p.max_pages = (4096 + page - 1) / page;
     return cuda::attn::make_plan(p, kH200, t, kWithSm90);
   };
-  EXPECT_FALSE(plan({}).sm90_tma) << "d 128 page 16: cp.async by default";
-  EXPECT_FALSE(plan({}, 32).sm90_tma);
+  EXPECT_TRUE(plan({}).sm90_tma) << "d 128 page 16: K by TMA by default";
+  EXPECT_EQ(plan({}).sm90_kv_load, cuda::attn90::kKvKTma);
+  EXPECT_EQ(plan({}, 32).sm90_kv_load, cuda::attn90::kKvKTma);
+  EXPECT_EQ(plan({}, 48).sm90_kv_load, cuda::attn90::kKvKTma);
+  EXPECT_EQ(plan({}, 8).sm90_kv_load, cuda::attn90::kKvGather) << "page 8: no box fits";
   EXPECT_TRUE(plan({}, 64).sm90_tma) << "d 128 page 64: TMA by default";
   EXPECT_TRUE(plan({}, 128).sm90_tma);
   EXPECT_TRUE(plan({}, 16, 64).sm90_tma) << "d 64: TMA by default on every page it takes";
   EXPECT_FALSE(plan({}, 8, 64).sm90_tma);
-  EXPECT_FALSE(plan({}, 64, 192, 128).sm90_tma) << "d 192/128: cp.async";
+  EXPECT_EQ(plan({}, 16, 192, 128).sm90_kv_load, cuda::attn90::kKvKTma) << "d 192/128: K by TMA";
+  EXPECT_EQ(plan({}, 64, 192, 128).sm90_kv_load, cuda::attn90::kKvKTma);
   EXPECT_FALSE(plan({}, 64, 256).sm90_tma) << "d 256: cp.async";
+  EXPECT_FALSE(plan({}, 16, 256).sm90_tma) << "d 256: cp.async";
+  EXPECT_EQ(plan({.sm90 = 2}).sm90_kv_load, cuda::attn90::kKvGather) << "the split loaders: the ping-pong only";
   EXPECT_TRUE(plan({.sm90_tma = 1}, 64).sm90_tma);
   EXPECT_FALSE(plan({.sm90_tma = 0}, 64).sm90_tma);
   EXPECT_FALSE(plan({.sm90 = 1}, 64).sm90_tma) << "kCoop has no producer";
@@ -170,12 +177,13 @@ TEST(OpPlanAttention, TmaLoaderOnlyForProducerKernelsOnPagesOf16) {
   EXPECT_FALSE(plan({.sm90 = 1, .sm90_tma = 1}).sm90_tma) << "kCoop has no producer";
   EXPECT_FALSE(plan({.sm90 = 0, .sm90_tma = 1}).sm90_tma) << "the portable kernel";
   // Plan::sm90_kv_load follows: whole-tile TMA exactly where sm90_tma, else the gather.
-  EXPECT_EQ(plan({}).sm90_kv_load, cuda::attn90::kKvGather);
+  EXPECT_EQ(plan({.sm90_tma = 0}).sm90_kv_load, cuda::attn90::kKvGather);
   EXPECT_EQ(plan({}, 64).sm90_kv_load, cuda::attn90::kKvTma);
   EXPECT_EQ(plan({.sm90_tma = 0}, 64).sm90_kv_load, cuda::attn90::kKvGather);
 }
 
-// The split loaders (Tuning::sm90_tma 2 / 3 / 4, sm90/tile_load_split.cuh): opt-in only, on the ping-pong
+// The split loaders (Tuning::sm90_tma 2 / 3 / 4, sm90/tile_load_split.cuh; 2 is the default at d 128 and 192/128
+// where whole-tile TMA is not, see above): forced, only on the ping-pong
 // (the auto kernel) at d 128, 192/128 and 256, on pages of a multiple of 16; elsewhere the gather.
 TEST(OpPlanAttention, SplitLoadersOnlyOnThePingPongAtTheirHeadDims) {
   using cuda::attn::Tuning;
@@ -237,9 +245,15 @@ TEST(OpPlanAttention, ThreeCtasPerSmOnlyWhereTheKernelFits) {
   EXPECT_EQ(three.ctas_per_sm, 3);
   EXPECT_EQ(three.stages, 2);
   EXPECT_LE(3 * (three.smem + 1024), kH200.smem_per_block + 1024);
-  const Plan fp8 = cuda::attn::make_plan(problem(64, 1, 8192, 128, DType::fp8_e4m3), kH200, Tuning{.ctas = 3});
+  // FP8: the widening kernel's conversion tiles leave room for 2 stages; the direct operands' kernel (the default)
+  // for 4.
+  const Problem fp8_decode = problem(64, 1, 8192, 128, DType::fp8_e4m3);
+  const Plan fp8 = cuda::attn::make_plan(fp8_decode, kH200, Tuning{.ctas = 3, .fp8_direct = 0});
   EXPECT_EQ(fp8.ctas_per_sm, 3);
   EXPECT_EQ(fp8.stages, 2);
+  const Plan fp8_direct = cuda::attn::make_plan(fp8_decode, kH200, Tuning{.ctas = 3});
+  EXPECT_EQ(fp8_direct.ctas_per_sm, 3);
+  EXPECT_EQ(fp8_direct.stages, 4);
   // d 256 and 64-row tiles hold too many accumulators for 168 registers: the untuned count.
   EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192, 256), kH200, Tuning{.ctas = 3}).ctas_per_sm, 1);
   const Plan extend = cuda::attn::make_plan(problem(4, 1024, 4096), kH200, Tuning{.ctas = 3}, kWithSm90);
@@ -295,17 +309,19 @@ TEST(OpPlanAttention, RingCountersUnlessTurnedOffAndOnlyMt1) {
   EXPECT_EQ(cuda::attn::make_plan(wide, kH200, Tuning{.ring_counters = 1}).ring_counters, 1);
 }
 
-// FP8 operands straight from the e4m3 bytes (session 8, not measured yet): off unless asked; only FP8 caches,
+// FP8 operands straight from the e4m3 bytes (session 8, measured: plan.cpp): on unless turned off; only FP8 caches,
 // 16-row tiles and d = d_v in {64, 128}; without conversion tiles the CTA needs less shared memory (three
 // CTAs per SM at 4 stages for d 128), and the padding keeps the epilogue's partial-O buffer inside the tiles.
-TEST(OpPlanAttention, Fp8DirectOnlyWhenAskedAndBuilt) {
+TEST(OpPlanAttention, Fp8DirectByDefaultWhereBuilt) {
   using cuda::attn::Tuning;
   const Problem fp8 = problem(64, 1, 8192, 128, DType::fp8_e4m3);
-  const Plan def = cuda::attn::make_plan(fp8, kH200, {}, kWithSm90);
-  EXPECT_EQ(def.fp8_direct, 0);  // auto: off until measured
-  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 0}, kWithSm90).fp8_direct, 0);
+  const Plan def = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 0}, kWithSm90);  // the widening kernel
+  EXPECT_EQ(def.fp8_direct, 0);
+  const Plan automatic = cuda::attn::make_plan(fp8, kH200, {}, kWithSm90);
+  EXPECT_EQ(automatic.fp8_direct, 1);  // auto: on (measured, plan.cpp)
   const Plan on = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 1}, kWithSm90);
   EXPECT_EQ(on.fp8_direct, 1);
+  EXPECT_EQ(on.smem, automatic.smem);
   EXPECT_EQ(on.kernel, Kernel::sm80);
   EXPECT_EQ(on.mt, 1);
   EXPECT_EQ(on.stages, def.stages);  // max_stages_for caps both at 4
@@ -349,9 +365,13 @@ TEST(OpPlanAttention, DeterministicSplitSizeTuningRoundsToTiles) {
 }
 
 TEST(OpPlanAttention, Fp8CacheTakesADeeperPipeline) {
-  const Plan p = cuda::attn::make_plan(problem(64, 1, 8192, 128, DType::fp8_e4m3), kH200);
+  const Problem fp8 = problem(64, 1, 8192, 128, DType::fp8_e4m3);
+  const Plan p = cuda::attn::make_plan(fp8, kH200);  // the direct operands (no conversion tiles)
   EXPECT_EQ(p.stages, 4);
-  EXPECT_EQ(p.smem, cuda::attn::smem_bytes(128, true, 1, 4));
+  EXPECT_EQ(p.smem, cuda::attn::smem_bytes(128, true, 1, 4, true));
+  const Plan widening = cuda::attn::make_plan(fp8, kH200, cuda::attn::Tuning{.fp8_direct = 0});
+  EXPECT_EQ(widening.stages, 4);
+  EXPECT_EQ(widening.smem, cuda::attn::smem_bytes(128, true, 1, 4));
 }
 
 TEST(OpPlanAttention, CanImplementNamesWhatIsUnsupported) {

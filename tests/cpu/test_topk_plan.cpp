@@ -170,12 +170,16 @@ TEST(TopkPlan, SampledKernelSwitchesOnUnlessForcedOff) {
       for (const auto& prob : {kShort, kLong, cuda::topk_op::Problem{.rows = 1, .width = 65536, .k = 2048}}) {
         SCOPED_TRACE("arch " + std::to_string(caps.arch) + " width " + std::to_string(prob.width));
         const Plan plan = make_plan(prob, caps);
-        EXPECT_EQ(plan.*sw.plan, plan.select == Select::sampled);
+        // The L2 prefetch by default only up to kPrefetchMaxBytes of scores, and never beside the streaming filter.
+        const bool prefetch = sw.plan != &Plan::l2_prefetch ||
+                              (!plan.stream && prob.rows * prob.width * 4 <= cuda::topk_op::kPrefetchMaxBytes);
+        EXPECT_EQ(plan.*sw.plan, plan.select == Select::sampled && prefetch);
         for (const int mode : {0, 1}) {
           Tuning t;
           t.*sw.tune = mode;
           const Plan forced = make_plan(prob, caps, t);
-          EXPECT_EQ(forced.*sw.plan, mode == 1 && forced.select == Select::sampled);
+          const bool blocked = sw.plan == &Plan::l2_prefetch && forced.stream;
+          EXPECT_EQ(forced.*sw.plan, mode == 1 && forced.select == Select::sampled && !blocked);
           EXPECT_EQ(forced.select, plan.select);
           EXPECT_EQ(forced.threads, plan.threads);
           EXPECT_EQ(forced.cluster, plan.cluster);
@@ -193,31 +197,39 @@ TEST(TopkPlan, SampledKernelSwitchesOnUnlessForcedOff) {
   }
 }
 
-// Session 8's streaming filter and its fused count (opt-in, unmeasured): off unless forced; forced, only on the
-// 1024-thread sampled kernel with a kept-masks emit where its ring fits (the H200's 227 KB, not the A100's 163 KB),
-// with the ring's shared memory and without the L2 prefetch; the fused count only with it and the offset digit.
-TEST(TopkPlan, StreamFilterOnlyWhenForced) {
+// Session 8's streaming filter and its fused count: the stream by default for up to kStreamMaxRows rows, the fused
+// count only when forced; either only on the 1024-thread sampled kernel with a kept-masks emit where its ring fits
+// (the H200's 227 KB, not the A100's 163 KB), with the ring's shared memory and without the L2 prefetch; the fused
+// count only with it and the offset digit.
+TEST(TopkPlan, StreamFilterForFewRowsOrWhenForced) {
   using cuda::topk_op::Plan;
   const cuda::topk_op::Problem kLone{.rows = 1, .width = 65536, .k = 2048};
+  const cuda::topk_op::Problem kFew{.rows = 32, .width = 262144, .k = 2048};
   for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
-    for (const auto& prob : {kShort, kLong, kLone}) {
-      SCOPED_TRACE("arch " + std::to_string(caps.arch) + " width " + std::to_string(prob.width));
-      const Plan plan = make_plan(prob, caps);
-      EXPECT_FALSE(plan.stream);
-      EXPECT_FALSE(plan.fused_count);
-      EXPECT_FALSE(make_plan(prob, caps, {.fused_count = 1}).fused_count);  // not without the stream
-      const Plan forced = make_plan(prob, caps, {.stream = 1});
+    for (const auto& prob : {kShort, kLong, kLone, kFew}) {
+      SCOPED_TRACE("arch " + std::to_string(caps.arch) + " rows " + std::to_string(prob.rows) + " width " +
+                   std::to_string(prob.width));
+      const Plan off = make_plan(prob, caps, {.stream = 0});
       const bool fits = caps.smem_per_block >= 217488;
-      EXPECT_EQ(forced.stream, plan.select == Select::sampled && plan.threads == 1024 && fits);
+      const bool can = off.select == Select::sampled && off.threads == 1024 && fits;
+      EXPECT_FALSE(off.stream);
+      const Plan plan = make_plan(prob, caps);
+      EXPECT_EQ(plan.stream, can && prob.rows <= cuda::topk_op::kStreamMaxRows);
+      EXPECT_FALSE(plan.fused_count);
+      EXPECT_FALSE(make_plan(prob, caps, {.stream = 0, .fused_count = 1}).fused_count);  // not without the stream
+      const Plan forced = make_plan(prob, caps, {.stream = 1});
+      EXPECT_EQ(forced.stream, can);
       EXPECT_FALSE(forced.fused_count);
-      EXPECT_EQ(forced.select, plan.select);
-      EXPECT_EQ(forced.threads, plan.threads);
-      EXPECT_EQ(forced.cluster, plan.cluster);
-      EXPECT_EQ(forced.emit, plan.emit);
-      EXPECT_EQ(forced.lean_select, plan.lean_select);
-      EXPECT_EQ(forced.offset_digit, plan.offset_digit);
-      EXPECT_EQ(forced.l2_prefetch, plan.l2_prefetch && !forced.stream);
-      EXPECT_EQ(forced.smem, forced.stream ? cuda::topk_op::sampled_stream_smem_bytes(1024) : plan.smem);
+      for (const Plan* q : {&plan, &forced}) {  // the stream changes its shared memory and the prefetch, nothing else
+        EXPECT_EQ(q->select, off.select);
+        EXPECT_EQ(q->threads, off.threads);
+        EXPECT_EQ(q->cluster, off.cluster);
+        EXPECT_EQ(q->emit, off.emit);
+        EXPECT_EQ(q->lean_select, off.lean_select);
+        EXPECT_EQ(q->offset_digit, off.offset_digit);
+        EXPECT_EQ(q->l2_prefetch, off.l2_prefetch && !q->stream);
+        EXPECT_EQ(q->smem, q->stream ? cuda::topk_op::sampled_stream_smem_bytes(1024) : off.smem);
+      }
       EXPECT_EQ(make_plan(prob, caps, {.stream = 1, .fused_count = 1}).fused_count, forced.stream);
       EXPECT_FALSE(make_plan(prob, caps, {.offset_digit = 0, .stream = 1, .fused_count = 1}).fused_count);
       EXPECT_FALSE(make_plan(prob, caps, {.emit = Emit::recount, .stream = 1}).stream);  // the kernel keeps masks

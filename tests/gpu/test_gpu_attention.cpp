@@ -157,9 +157,10 @@ TEST(GpuAttention, Fp8KvWithDescale) {
   auto g = rng_for_test();
   for (DType t : {DType::bf16, DType::f16}) {
     for (int d : {64, 128, 256}) {
-      // fp8_direct 1: the e4m3 operands read straight (16-row tiles; d 256 keeps the widening kernel)
-      for (int direct : {-1, 1}) {
-        SCOPED_TRACE(std::string(dtype_name(t)) + " d " + std::to_string(d) + (direct > 0 ? " fp8_direct" : ""));
+      // fp8_direct -1: the plan's choice; 0: the widening kernel; 1: the e4m3 operands read straight (16-row
+      // tiles; d 256 keeps the widening kernel)
+      for (int direct : {-1, 0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " d " + std::to_string(d) + " fp8_direct " + std::to_string(direct));
         AttnSpec s;
         s.dtype = t;
         s.fp8 = true;
@@ -169,10 +170,8 @@ TEST(GpuAttention, Fp8KvWithDescale) {
         s.k_lens = with_prefix(g, s.q_lens, 500);
         s.h_q = 8;
         s.h_kv = 2;
-        if (direct > 0) {
-          s.tuning.mt = 1;  // 23 x 4 packed rows would pick 64-row tiles
-          s.tuning.fp8_direct = 1;
-        }
+        s.tuning.fp8_direct = direct;
+        if (direct > 0) s.tuning.mt = 1;  // 23 x 4 packed rows would pick 64-row tiles
         check_case(s, g);
         if (direct > 0) {
           AttnCase c(s, g);

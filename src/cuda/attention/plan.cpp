@@ -128,8 +128,10 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   c.mt = p.deterministic ? 1 : (rows_max <= 16 ? 1 : 4);
   if (!p.deterministic && (tune.mt == 1 || tune.mt == 4)) c.mt = tune.mt;
   c.m_blocks = ceil_div(rows_max, 16 * c.mt);
-  // FP8 operands straight from the e4m3 bytes: opt-in (auto = off until measured), where it is built.
-  c.fp8_direct = tune.fp8_direct > 0 && fp8 && supports_fp8_direct(p.d, p.d_v, c.mt) ? 1 : 0;
+  // FP8 operands straight from the e4m3 bytes, where it is built (auto: on; session 8, 184302e, H200, same buffers,
+  // GB/s of FP8 bytes, widening / direct: b64 x 8K page 16 2088-2093 / 3394-3406, page 64 2202 / 3710-3715, page 1
+  // 2082-2086 / 3285-3286, b128 x 4K h 16/2 1970-1972 / 3128-3129, verify4 2046-2052 / 3205-3214).
+  c.fp8_direct = tune.fp8_direct != 0 && fp8 && supports_fp8_direct(p.d, p.d_v, c.mt) ? 1 : 0;
   const bool direct = c.fp8_direct != 0;
 
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
@@ -197,7 +199,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
       c.m_blocks = ceil_div(rows_max, attn90::kRows);
       c.smem = attn90::fp8_smem_bytes(d);
       c.ctas_per_sm = 1;
-      // K of full tiles by TMA (opt-in, Tuning::sm90_tma 1; not measured yet): pages of a multiple of 16.
+      // K of full tiles by TMA (opt-in, Tuning::sm90_tma 1): pages of a multiple of 16. Measured no faster (session
+      // 8, 184302e, b1 x 8K TFLOP/s, gather / K by TMA: page 16 675.7 / 613.8, page 64 675.5 / 669.1, page 128
+      // 675.4 / 673.3, extend b8 4K + 1K 671.3 / 608.0).
       c.sm90_tma = tune.sm90_tma == attn90::kKvTma && attn90::tma_applies(p.page_size);
       c.sm90_kv_load = c.sm90_tma ? attn90::kKvTma : attn90::kKvGather;
     }
@@ -214,11 +218,19 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
     // d 192/128 481 vs 547, d 256 437 vs 600). The whole GPU suite passed on both loaders (610e825).
     const bool tma_auto = (d == 128 && p.d_v == 128 && p.page_size % 64 == 0) || (d == 64 && p.d_v == 64);
     const bool tma_ok = attn90::is_ws(variant) && attn90::tma_applies(p.page_size);
-    if (attn90::is_split_load(tune.sm90_tma)) {
+    // Elsewhere at d 128 and 192/128 (pages of a multiple of 16, the ping-pong): K by TMA and V by the lean gather
+    // (session 8, 184302e, "kvsplit" rows, TFLOP/s, gather / K by TMA: b1 x 8K causal 32/8 page 16 570.0 / 638.6
+    // and 505.7 / 589.8 at the capped clock, extend b8 4K + 1K 566.5 / 622.8, b1 x 16K 64/8 569.5 / 611.0, page 32
+    // 536.2 / 617.0, d 192/128 page 16 516.8 / 571.4; V by TMA within 1 % of it; at page 64 whole tiles by TMA
+    // stay ahead, 621.2 / 607.7; d 256 equal, 587.6 / 589.5, so it keeps the gather).
+    const bool ktma_auto = !tma_auto && variant == attn90::kPingPong && p.d_v == 128 && (d == 128 || d == 192) &&
+                           attn90::split_built(d, p.d_v);
+    const int kv_load = tune.sm90_tma < 0 && ktma_auto ? int(attn90::kKvKTma) : tune.sm90_tma;
+    if (attn90::is_split_load(kv_load)) {
       // The split loaders (opt-in): only where their kernels are built, else the gather.
       const bool split = tma_ok && variant == attn90::kPingPong && attn90::split_built(d, p.d_v);
-      c.sm90_kv_load = split ? tune.sm90_tma : attn90::kKvGather;
-      c.sm90_tma = split && tune.sm90_tma != attn90::kKvLean;
+      c.sm90_kv_load = split ? kv_load : attn90::kKvGather;
+      c.sm90_tma = split && kv_load != attn90::kKvLean;
     } else {
       c.sm90_tma = tma_ok && (tune.sm90_tma == attn90::kKvTma || (tune.sm90_tma < 0 && tma_auto));
       c.sm90_kv_load = c.sm90_tma ? attn90::kKvTma : attn90::kKvGather;

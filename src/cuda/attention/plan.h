@@ -80,11 +80,12 @@ struct Tuning {
   int ctas = 0;        // portable kernel: 0 default; 2 or 3 CTAs per SM (3: MT = 1, d <= 128, 2 stages)
   int split_keys = 0;  // deterministic mode: fixed split size in keys (rounded up to 64); 0: the default
   // Hopper producer kernels (kWarpSpecialized, kPingPong, kPingPongEager) on pages of a multiple of 16:
-  // -1 auto (TMA at d 128 on pages of a multiple of 64, measured: plan.cpp), 0 cp.async gather, 1 TMA
-  // boxes for whole tiles; the split loaders of kPingPong at d 128, 192/128, 256 (sm90/tile_load_split.cuh,
-  // opt-in, not measured yet): 2 K by TMA and V by a lean cp.async gather, 3 the reverse, 4 both by the lean
-  // gather (no TMA); where those do not apply (another kernel or head dim) the cp.async gather. The FP8 kernel
-  // (sm90_fp8): 1 = K of full tiles by TMA (V keeps its cp.async staging for the transpose), else cp.async.
+  // -1 auto (measured: plan.cpp; TMA at d 128 on pages of a multiple of 64 and at d 64, K by TMA + V by the lean
+  // gather at d 128 and 192/128 on the other pages of a multiple of 16, else the gather), 0 cp.async gather, 1 TMA
+  // boxes for whole tiles; the split loaders of kPingPong at d 128, 192/128, 256 (sm90/tile_load_split.cuh): 2 K
+  // by TMA and V by a lean cp.async gather, 3 the reverse, 4 both by the lean gather (no TMA); where those do not
+  // apply (another kernel or head dim) the cp.async gather. The FP8 kernel (sm90_fp8): 1 = K of full tiles by TMA
+  // (V keeps its cp.async staging for the transpose; measured no faster), else cp.async.
   int sm90_tma = -1;
   // Portable kernel's decode / verify tiles (MT = 1) on pages too small for runs (or page runs off): -1
   // default (on), 0 off (per-row page-id lookups), 1 on: one lane per key row looks up its page id once per
@@ -96,10 +97,10 @@ struct Tuning {
   // page products (pages of < 4 GiB), and O's rescale is skipped in tiles that raise no row's max of the
   // warp (every factor exactly 1); FP8's e4m3 widening unrolled. Same loads and arithmetic: same bits.
   int ring_counters = -1;
-  // Portable kernel on an FP8 (e4m3) cache, 16-row tiles (decode / verify), d = d_v in {64, 128}: -1 auto (off
-  // until measured), 0 off, 1 on: the S and P V operands are read straight from the raw e4m3 tiles (ldmatrix on
-  // the bytes, e4m3 -> f16 in registers) instead of a widening pass into T tiles; both products on f16 tensor
-  // cores (q converted to f16 once, saturating at +-65504; P in f16). Not the default's bits.
+  // Portable kernel on an FP8 (e4m3) cache, 16-row tiles (decode / verify), d = d_v in {64, 128}: -1 auto (on,
+  // measured: plan.cpp), 0 off (the widening pass into T tiles), 1 on: the S and P V operands are read straight
+  // from the raw e4m3 tiles (ldmatrix on the bytes, e4m3 -> f16 in registers); both products on f16 tensor
+  // cores (q converted to f16 once, saturating at +-65504; P in f16). Not the widening kernel's bits.
   int fp8_direct = -1;
 };
 

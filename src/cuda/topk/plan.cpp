@@ -79,12 +79,20 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
     // 33.1-33.3 -> 32.4-32.5, 128 x 64K 23.7-24.8 -> 23.7-23.9; bench/NOTES.md session 7). Each one can be
     // forced off (or the emit to kept_masks / recount).
     c.emit = tune.emit == Emit::automatic ? Emit::kept_masks_lean : tune.emit;
-    c.l2_prefetch = tune.l2_prefetch != 0;
+    // The L2 prefetch up to kPrefetchMaxBytes of scores a call (session 8, 184302e, H200 "s8 A/B" rows, with /
+    // without: 128 x 16K 15.2 / 15.9 us, 16 x 64K 16.5-16.9 / 17.0; beyond it costs: 128 x 64K 23.4-24.4 /
+    // 22.0-22.2, 128 x 128K 32.7 / 31.5-31.6, 32 x 256K 29.6-30.0 / 29.3-29.5).
+    const bool prefetch_fits = double(p.rows) * double(p.width) * 4.0 <= double(kPrefetchMaxBytes);
+    c.l2_prefetch = tune.l2_prefetch > 0 || (tune.l2_prefetch < 0 && prefetch_fits);
     c.lean_select = tune.lean_select != 0;
     c.offset_digit = tune.offset_digit != 0;
-    // Session 8's streaming filter (opt-in, unmeasured): its kernel exists for 1024 threads with the kept masks.
+    // The streaming filter (session 8): its kernel exists for 1024 threads with the kept masks. By default for
+    // up to kStreamMaxRows rows (184302e, stream / the sampled kernel: 1 x 64K 14.4 / 14.9 us, 1 x 4K 8.7 /
+    // 9.0-9.2, 32 x 256K 29.2-29.3 / 29.6-30.0, 16 x 64K 16.5-16.7 / 16.5-16.9, 1 x 128K 16.4 / 16.4); more
+    // rows keep the sampled kernel (128 x 16K 15.9-16.0 / 15.2, 128 x 128K 32.7 / 31.5 without the prefetch).
     const bool masks = c.emit == Emit::kept_masks || c.emit == Emit::kept_masks_lean;
-    c.stream = tune.stream == 1 && c.threads == 1024 && masks &&
+    const bool stream_wanted = tune.stream > 0 || (tune.stream < 0 && p.rows <= kStreamMaxRows);
+    c.stream = stream_wanted && c.threads == 1024 && masks &&
                std::size_t(caps.smem_per_block) >= sampled_stream_smem_bytes(1024);
     if (c.stream) {
       c.smem = sampled_stream_smem_bytes(1024);

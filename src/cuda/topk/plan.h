@@ -57,6 +57,10 @@ const char* emit_name(Emit e);
 // 27.0 / 19.2, 16 x 64K 22.3 / 19.6 (C 4; C 8: 25.0, 128 CTAs in clusters of 8 do not fit the GPCs at
 // once), 32 x 256K 42.5 / 32.9 (C 2; C 4: 38.0); 1 x 16K 14.2 / 15.4 (C 8 slower: hence the length).
 constexpr int64_t kClusterRow = 32768;
+// Defaults measured on the H200 (plan.cpp): the sampled kernel's L2 prefetch up to this many bytes of scores a
+// call; the streaming filter for up to kStreamMaxRows rows.
+constexpr int64_t kPrefetchMaxBytes = int64_t(16) << 20;
+constexpr int64_t kStreamMaxRows = 32;
 constexpr int kClusterMax = 8;  // the portable cluster size
 // CTAs per row: the largest of 8, 4, 2 with rows * ctas <= SMs / 2; 1 if none, the row is short or the
 // device has no clusters.
@@ -100,7 +104,8 @@ struct Tuning {
   int threads = 0;  // 256 or 1024 forces the CTA size; 0 keeps the plan's
   int cluster = 0;  // 1, 2, 4 or 8 forces the CTAs per row (sampled kernel, sm_90; else 1); 0 keeps the plan's
   Emit emit = Emit::automatic;  // recount, kept_masks or kept_masks_lean forces the sampled kernel's emit
-  // The next three: -1 the plan's (on, measured: plan.cpp), 0 off, 1 on.
+  // The next three: -1 the plan's (measured: plan.cpp; lean_select and offset_digit on, l2_prefetch on up to
+  // kPrefetchMaxBytes of scores a call), 0 off, 1 on.
   // The sampled kernel's long rows (> kWholeRow) prefetch their filter's steps into L2 (session 7): the first
   // kPrefetchSteps of every warp before the sample's threshold is known, so the row streams from HBM while the
   // threshold is found, then kUnroll steps ahead per filter iteration.
@@ -113,7 +118,7 @@ struct Tuning {
   // min((key >> 16) - (t >> 16), 4095), then key bits 4..15 and 0..3, instead of the key's top 12 bits
   // (session 7; the same selection).
   int offset_digit = -1;
-  // The next two (session 8, unmeasured): -1 the plan's (off), 0 off, 1 on.
+  // The next two (session 8): -1 the plan's (stream for up to kStreamMaxRows rows, fused_count off), 0 off, 1 on.
   // The streaming filter of rows longer than kWholeRow (1024 threads, kept-masks emits; else ignored): each thread
   // keeps kStreamRingQuads 16-byte cp.async copies of its next steps in flight in a shared-memory ring, the first
   // ones issued with the sample (they land while the threshold is found; rows without row starts issue the sample
