@@ -92,6 +92,12 @@ bool env_is_zero(const char* name) {
   const char* e = std::getenv(name);
   return e != nullptr && std::string(e) == "0";
 }
+// ATTNSERVE_TOPK_FEW=1: the streaming filter's bitwise check takes one configuration a shape (row starts, one CTA
+// per row, the standard digits) and leaves out its 128-row shape, so that racecheck (~100x slower) finishes it.
+bool few_configurations() {
+  const char* e = std::getenv("ATTNSERVE_TOPK_FEW");
+  return e != nullptr && std::string(e) == "1";
+}
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
   static const bool skip_s7 = env_is_zero("ATTNSERVE_TOPK_S7"), skip_s8 = env_is_zero("ATTNSERVE_TOPK_S8");
@@ -692,8 +698,10 @@ TEST(TopkGpu, StreamingFilterGivesTheSameBits) {
   struct Shape {
     int64_t rows, width, k;
   };
+  const bool few = few_configurations();
   for (const Shape sh : {Shape{128, int64_t(64) << 10, 2048}, Shape{3, int64_t(300) << 10, 2048},
                          Shape{12, 20000, 1000}, Shape{12, 4000, 1000}}) {  // 4000: loaded whole (1024 threads)
+    if (few && sh.rows == 128) continue;
     SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
     TopkProblem p(sh.rows, sh.width, sh.k);
     fill_normal(p.row(0), p.rows * p.width, g);
@@ -726,6 +734,7 @@ TEST(TopkGpu, StreamingFilterGivesTheSameBits) {
     // With row starts, and without (where the streaming kernel issues a whole row's sample and first turns before
     // the row's length is known: the shorter rows reload the sample).
     for (const bool with_starts : {true, false}) {
+      if (few && !with_starts) continue;
       p.use_starts = with_starts;
       std::uniform_int_distribution<int32_t> len(1, int32_t(p.width));
       TopkProblem clamped = p;
@@ -742,6 +751,7 @@ TEST(TopkGpu, StreamingFilterGivesTheSameBits) {
       clamped.run();
       for (const int cluster : {1, 0})  // 0: the plan's (clusters of 8 for the 3 rows of 300K on sm_90)
         for (const bool s7 : {false, true}) {
+          if (few && (cluster != 1 || s7)) continue;
           SCOPED_TRACE(std::string(with_starts ? "row starts" : "no row starts") + ", cluster " +
                        std::to_string(cluster) +
                        (s7 ? ", lean emit + lean select + offset digit" : ", kept-masks emit, standard digits"));
