@@ -69,12 +69,6 @@ const char* path_name(cuda::TopkPath path) {
   }
 }
 
-// One thread spinning ~`cycles` SM clocks: the GPU stays busy while the host enqueues the timed call.
-__global__ void spin_kernel(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
 __global__ void empty_kernel() {}
 
 // Median device time (us) of fn(i): spin, start event, fn, end event, per rep (bench_timing.py's method).
@@ -82,14 +76,13 @@ double device_median_us(const std::function<void(int)>& fn, int warm = 3, int re
   if (g_quick) reps = std::min(reps, 8);
   for (int i = 0; i < warm; ++i) fn(i);
   DSA_CK(cudaDeviceSynchronize());
-  constexpr long long kSpinCycles = 100000;  // ~50 us at the H200's ~2 GHz: > 10x the host's cost per call
   std::vector<cudaEvent_t> a(static_cast<std::size_t>(reps)), b(static_cast<std::size_t>(reps));
   for (int i = 0; i < reps; ++i) {
     DSA_CK(cudaEventCreate(&a[std::size_t(i)]));
     DSA_CK(cudaEventCreate(&b[std::size_t(i)]));
   }
   for (int i = 0; i < reps; ++i) {
-    spin_kernel<<<1, 1>>>(kSpinCycles);
+    attnserve::bench::hide_host_launch();  // the GPU stays busy while the host enqueues the call (bench_spin.cuh)
     DSA_CK(cudaEventRecord(a[std::size_t(i)]));
     fn(warm + i);
     DSA_CK(cudaEventRecord(b[std::size_t(i)]));
