@@ -17,11 +17,10 @@ namespace attnserve {
 // FP8 (FlashAttention-3's contract, what sglang passes for an FP8 KV cache): q, k_cache and v_cache
 // all fp8_e4m3, each dequantized by its optional per-(request, kv head) descale (query = fp8 *
 // q_descale for every query head of the kv head), out bf16 or f16.
-// An FP8 K/V cache with a bf16/f16 q on CUDA's portable kernel: decode / verify (16-row tiles) at d 64 / 128
-// run both products on f16 tensor cores with the operands read straight from the e4m3 bytes (the default,
-// cuda::attn::Tuning::fp8_direct): q is rounded to f16 once, saturating at +-65504 (a bf16 q beyond that
-// range is clamped; FA3 under sglang quantizes q to e4m3, max 448), and P is rounded to f16. Other shapes
-// (and fp8_direct = 0) widen the cache to q's dtype (exact) before the tensor cores read it.
+// FP8 K/V, bf16/f16 q, CUDA portable kernel: decode / verify (16-row tiles) at d 64 / 128 run both products on
+// f16 tensor cores, operands read straight from the e4m3 bytes (default; Tuning::fp8_direct = 0: other shapes'
+// widening to q's dtype, exact): q is rounded to f16 once, saturating at +-65504 (FA3 under sglang quantizes q
+// to e4m3, max 448), and P is rounded to f16.
 struct PagedAttentionArgs {
   TensorView q;               // [total_q, h_q, d]            bf16 | f16 | fp8_e4m3 (f32 on the CPU)
   TensorView k_cache;         // [num_pages, page_size, h_kv, d]  q's dtype | fp8_e4m3 (fp8 q: fp8_e4m3)
