@@ -603,8 +603,7 @@ void bench_prefill_fp8(const std::string& name, int b, int s, int h_q, int h_kv,
   const double bytes = 2.0 * b * double(ctx) * h_kv * d + double(total_q) * h_q * d * 3;
   char clock[32];
   std::snprintf(clock, sizeof clock, " @ %.0f MHz", sm_clock_mhz());
-  report_flops(name, us, flops, bytes,
-               std::string("[") + cuda::attn::kernel_name(cfg.kernel) + (cfg.sm90_tma ? " k-tma" : "") + "]" + clock);
+  report_flops(name, us, flops, bytes, std::string("[") + cuda::attn::kernel_name(cfg.kernel) + "]" + clock);
 }
 
 // The in-run drift (session 5's final check: the first prefill case 573 TFLOP/s, its repeat 20 cases
@@ -1158,22 +1157,6 @@ int main(int argc, char** argv) try {
     bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d192/128 causal tma", 1, 8192, 32, 8, 192, 0, bt, 16, 128);
     bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d256 causal cp.async", 1, 8192, 32, 8, 256, 0, a);
     bench_prefill("tmaab prefill b1 s8K hq32 hkv8 d256 causal tma", 1, 8192, 32, 8, 256, 0, bt);
-  }
-  // FP8: K of full tiles by TMA (Tuning::sm90_tma 1, opt-in; V keeps its cp.async staging) beside cp.async K,
-  // adjacent on each shape ("fp8tma" selects them alone).
-  {
-    cuda::attn::Tuning a8, k8;
-    a8.sm90 = k8.sm90 = 8;
-    a8.sm90_tma = 0;
-    k8.sm90_tma = 1;
-    for (int page : {16, 64, 128}) {
-      const std::string pg = " page" + std::to_string(page);
-      bench_prefill_fp8("fp8tma prefill b1 s8K hq32 hkv8 d128 causal" + pg + " cp.async", 1, 8192, 32, 8, 128, 0, a8,
-                        page);
-      bench_prefill_fp8("fp8tma prefill b1 s8K hq32 hkv8 d128 causal" + pg + " ktma", 1, 8192, 32, 8, 128, 0, k8, page);
-    }
-    bench_prefill_fp8("fp8tma extend b8 prefix4K +1K hq32 hkv8 page16 cp.async", 8, 1024, 32, 8, 128, 4096, a8);
-    bench_prefill_fp8("fp8tma extend b8 prefix4K +1K hq32 hkv8 page16 ktma", 8, 1024, 32, 8, 128, 4096, k8);
   }
   // The ping-pong's split K/V loaders beside the gather and whole-tile TMA, adjacent on each shape ("kvsplit"
   // selects them alone; Tuning::sm90_tma 0: cp.async gather, 2: K by TMA + V by the lean gather, 3: V by TMA

@@ -181,22 +181,15 @@ TEST(AttentionFp8Q, PlanPicksHopperFp8OrWidensForThePortableKernel) {
     EXPECT_GE(pl.ws_bytes, q_wide);
     EXPECT_EQ(reinterpret_cast<char*>(l.q_wide) - reinterpret_cast<char*>(4096), std::ptrdiff_t(pl.ws_bytes - q_wide));
   }
-  // K by TMA (Tuning::sm90_tma 1, opt-in): only on pages of a multiple of 16; auto and 0 keep cp.async.
-  EXPECT_FALSE(pre.sm90_tma) << "auto: cp.async";
-  cuda::attn::Tuning k_tma;
-  k_tma.sm90_tma = 1;
-  for (int64_t page : {16, 64, 128, 1, 8}) {
-    cuda::attn::Problem pp = fp8_problem(1, 8192, 8192);
-    pp.page_size = page;
-    pp.max_pages = (8192 + page - 1) / page;
-    const cuda::attn::Plan pl = cuda::attn::make_plan(pp, kH200, k_tma, with90);
-    EXPECT_EQ(pl.kernel, Kernel::sm90_fp8) << page;
-    EXPECT_EQ(pl.sm90_tma, page % 16 == 0) << page;
-    EXPECT_EQ(pl.sm90_kv_load, page % 16 == 0 ? 1 : 0) << page;
+  // The FP8 Hopper kernel loads K and V by cp.async: no TMA maps whatever Tuning::sm90_tma asks.
+  for (int kv : {-1, 0, 1, 2}) {
+    cuda::attn::Tuning t;
+    t.sm90_tma = kv;
+    const cuda::attn::Plan pl = cuda::attn::make_plan(fp8_problem(1, 8192, 8192), kH200, t, with90);
+    EXPECT_EQ(pl.kernel, Kernel::sm90_fp8) << kv;
+    EXPECT_FALSE(pl.sm90_tma) << kv;
+    EXPECT_EQ(pl.sm90_kv_load, 0) << kv;
   }
-  cuda::attn::Tuning no_tma;
-  no_tma.sm90_tma = 0;
-  EXPECT_FALSE(cuda::attn::make_plan(fp8_problem(1, 8192, 8192), kH200, no_tma, with90).sm90_tma);
   // Unsupported: fp8 q over a bf16 cache, or fp8 out.
   cuda::attn::Problem bad = fp8_problem(1, 100, 100);
   bad.kv_dtype = DType::bf16;

@@ -124,7 +124,7 @@ struct Run {
 
 Run run_gpu(const Fp8Case& fc, const AttnSpec& s, const cuda::attn::Tuning& tune) {
   const AttnCase& c = fc.c;
-  DeviceTensor dq(fc.q8), dk(c.kc), dv(c.vc), dp(c.pt_gpu.view.ndim > 0 ? c.pt_gpu : c.pt), ds(c.seqlens), dc(c.cu);
+  DeviceTensor dq(fc.q8), dk(c.kc), dv(c.vc), dp(c.pt), ds(c.seqlens), dc(c.cu);
   HostTensor out_h(s.dtype, {c.total_q, s.h_q, s.d}), lse_h(DType::f32, {c.total_q, s.h_q});
   set_nan(out_h);
   set_nan(lse_h);
@@ -159,10 +159,9 @@ struct Refs {
 };
 
 // Checks each kernel of `kernels` (Tuning::sm90 value, the plan's kernel it must run) on one case; fp8_direct:
-// Tuning::fp8_direct of every run (1: the plan must take the direct FP8 operands). k_tma_twin: each Hopper run
-// also runs with K by TMA (Tuning::sm90_tma 1, fp8_kernel.cuh KTMA) and must give its bits.
+// Tuning::fp8_direct of every run (1: the plan must take the direct FP8 operands).
 void check_fp8(const Fp8Spec& fs, std::mt19937_64& g, std::initializer_list<std::pair<int, cuda::attn::Kernel>> kernels,
-               int fp8_direct = -1, bool k_tma_twin = false) {
+               int fp8_direct = -1) {
   const AttnSpec& s = fs.base;
   Fp8Case fc(fs, g);
   const AttnCase& c = fc.c;
@@ -229,15 +228,6 @@ void check_fp8(const Fp8Spec& fs, std::mt19937_64& g, std::initializer_list<std:
     const Run second = run_gpu(fc, s, tune);
     EXPECT_TRUE(same_bytes(first.out, second.out)) << "two runs differ (out)";
     if (s.with_lse) EXPECT_TRUE(same_bytes(first.lse, second.lse)) << "two runs differ (lse)";
-    if (hopper && k_tma_twin) {
-      cuda::attn::Tuning t = tune;
-      t.sm90_tma = 1;
-      const Run tma = run_gpu(fc, s, t);
-      ASSERT_EQ(int(tma.plan.kernel), int(expect_kernel));
-      ASSERT_EQ(tma.plan.sm90_tma, s.page_size % 16 == 0) << "page " << s.page_size;
-      EXPECT_TRUE(same_bytes(first.out, tma.out)) << "K by TMA changes the out bits";
-      if (s.with_lse) EXPECT_TRUE(same_bytes(first.lse, tma.lse)) << "K by TMA changes the lse bits";
-    }
   }
 }
 
@@ -322,10 +312,9 @@ TEST(GpuAttentionFp8, NonCausalWindowsSoftcapNoLse) {
   check_both(nolse, g);
 }
 
-// K by TMA boxes (opt-in): box runs of 16 (page 16, 48 with divisions), 64, 128 slots; prefill and extend
-// lengths off the tile (partial last tiles by cp.async); invalid page ids inside the keys (zeros: a box at
-// negative slots; the oracle reads a page of zeros there). Bitwise against the cp.async run of the same case.
-TEST(GpuAttentionFp8, KByTmaMatchesTheGatherBitwise) {
+// The Hopper FP8 kernel on pages of 16 / 48 / 64 / 128 slots with prefill and extend lengths off the tile, and
+// invalid page ids inside the keys (read as zeros; the oracle reads a page of zeros there).
+TEST(GpuAttentionFp8, PagesAndInvalidPageIds) {
   ATTNSERVE_REQUIRE_SM90();
   auto g = rng_for_test();
   for (int page : {16, 48, 64, 128}) {
@@ -336,12 +325,12 @@ TEST(GpuAttentionFp8, KByTmaMatchesTheGatherBitwise) {
     f.base.h_q = 16;
     f.base.h_kv = 4;
     f.base.page_size = page;
-    check_fp8(f, g, {{8, cuda::attn::Kernel::sm90_fp8}}, /*fp8_direct=*/-1, /*k_tma_twin=*/true);
+    check_fp8(f, g, {{8, cuda::attn::Kernel::sm90_fp8}});
   }
   Fp8Spec bad = prefill(600, 16, 4, 64);
   bad.base.invalid_page_every = 3;
   SCOPED_TRACE("invalid page ids, page 64");
-  check_fp8(bad, g, {{8, cuda::attn::Kernel::sm90_fp8}}, /*fp8_direct=*/-1, /*k_tma_twin=*/true);
+  check_fp8(bad, g, {{8, cuda::attn::Kernel::sm90_fp8}});
 }
 
 TEST(GpuAttentionFp8, DescalesAndF16Out) {

@@ -130,7 +130,7 @@ void run(const PagedAttentionArgs& a, const Plan& plan, Workspace ws, Stream str
     case Kernel::sm80: launch_sm80(p, c, b, s); break;
     case Kernel::sm90_fp8:
 #ifdef ATTNSERVE_HAVE_SM90
-      attn90::launch_paged_attention_fp8(p, a.out.dtype, d, c.m_blocks, b, c.sm90_tma, s);
+      attn90::launch_paged_attention_fp8(p, a.out.dtype, d, c.m_blocks, b, s);
       ATTNSERVE_CUDA_CHECK_LAUNCH();
       return;
 #else

@@ -199,11 +199,8 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
       c.m_blocks = ceil_div(rows_max, attn90::kRows);
       c.smem = attn90::fp8_smem_bytes(d);
       c.ctas_per_sm = 1;
-      // K of full tiles by TMA (opt-in, Tuning::sm90_tma 1): pages of a multiple of 16. Measured no faster (session
-      // 8, 184302e, b1 x 8K TFLOP/s, gather / K by TMA: page 16 675.7 / 613.8, page 64 675.5 / 669.1, page 128
-      // 675.4 / 673.3, extend b8 4K + 1K 671.3 / 608.0).
-      c.sm90_tma = tune.sm90_tma == attn90::kKvTma && attn90::tma_applies(p.page_size);
-      c.sm90_kv_load = c.sm90_tma ? attn90::kKvTma : attn90::kKvGather;
+      // The FP8 kernel loads K and V by cp.async (K by TMA measured no faster: session 8, 184302e, b1 x 8K
+      // TFLOP/s, gather / K by TMA: page 16 675.7 / 613.8, page 64 675.5 / 669.1; the code on branch s8-prefill).
     }
   } else if (want90 && sm90_supports(p, caps, targets, variant)) {
     c.kernel = Kernel(variant);

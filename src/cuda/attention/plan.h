@@ -84,8 +84,7 @@ struct Tuning {
   // gather at d 128 and 192/128 on the other pages of a multiple of 16, else the gather), 0 cp.async gather, 1 TMA
   // boxes for whole tiles; the split loaders of kPingPong at d 128, 192/128, 256 (sm90/tile_load_split.cuh): 2 K
   // by TMA and V by a lean cp.async gather, 3 the reverse, 4 both by the lean gather (no TMA); where those do not
-  // apply (another kernel or head dim) the cp.async gather. The FP8 kernel (sm90_fp8): 1 = K of full tiles by TMA
-  // (V keeps its cp.async staging for the transpose; measured no faster), else cp.async.
+  // apply (another kernel or head dim) the cp.async gather. The FP8 kernel (sm90_fp8) ignores it (cp.async).
   int sm90_tma = -1;
   // Portable kernel's decode / verify tiles (MT = 1) on pages too small for runs (or page runs off): -1
   // default (on), 0 off (per-row page-id lookups), 1 on: one lane per key row looks up its page id once per

@@ -9,9 +9,8 @@
 namespace attnserve::cuda::attn90 {
 
 // Launches grid (m_blocks, h_kv, batch) of 128-row CTAs: q, K, V fp8_e4m3, out_dtype bf16 or f16,
-// d in fp8_config.h's Fp8HeadDims; k_tma: K of full tiles by TMA boxes where the cache allows it (pages of a
-// multiple of 16, kv_tma.h), else (and V always) by cp.async.
-void launch_paged_attention_fp8(const attn::Params& p, DType out_dtype, int d, int m_blocks, int batch, bool k_tma,
+// d in fp8_config.h's Fp8HeadDims.
+void launch_paged_attention_fp8(const attn::Params& p, DType out_dtype, int d, int m_blocks, int batch,
                                 cudaStream_t stream);
 
 }  // namespace attnserve::cuda::attn90

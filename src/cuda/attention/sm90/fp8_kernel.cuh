@@ -10,10 +10,6 @@
 //     P V(t - 1) as two commit groups while holding the turn, the softmax of S(t) under P V(t - 1).
 // Barriers per stage s: full_k (128 producer arrivals, copies landed), full_v (128, transposed),
 // empty (256 consumer arrivals: K and Vt of the stage read). Staged per staging buffer (128).
-// KTMA (Plan::sm90_tma, opt-in): K of a full tile (every key below k_len and inside the table) by TMA boxes
-// of box_rows slots (kv_tma.k over 128-byte rows: a row is one SW128 box line), issued by producer thread 0
-// after it announces the tile's bytes on full_k (mbarrier.expect_tx, no arrival; its own arrival follows, so
-// the count stays 128); V keeps its cp.async staging (the transpose needs it), and so do partial tiles.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -24,13 +20,11 @@
 #include "cuda/common/sm90/sync.cuh"
 #include "fp8_config.h"
 #include "fp8_tile_math.cuh"
-#include "tile_load_tma.cuh"
 
 namespace attnserve::cuda::attn90 {
 
-template <typename TO, bool KTMA>
-__global__ void __launch_bounds__(kThreadsWs, 1)
-    attention_sm90_fp8_kernel(const Params p, const __grid_constant__ KvTma kv_tma) {
+template <typename TO>
+__global__ void __launch_bounds__(kThreadsWs, 1) attention_sm90_fp8_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   constexpr int S = kFp8Stages, kTile = Fp8Loader::kTileBytes;
   char* smem = smem_base();
@@ -77,15 +71,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
         ld.template read_pages_t<kPow2>(p, b, t);
         if (t >= S) sm90::mbar_wait(empty(s), ((t / S) - 1) & 1);  // K and Vt of tile t - S are read
         ld.template slots_t<kPow2>(p, b, t);
-        if constexpr (KTMA) {
-          if (tma_tile<kTileKeys>(p, b, kv_tma, t)) {
-            if (tid == 0) ld.issue_k_tma(kv_tma, b.hk, ptx::smem_addr(sKV + s * 2 * kTile), full_k(s));
-          } else {
-            ld.issue_k(p, sKV + s * 2 * kTile);
-          }
-        } else {
-          ld.issue_k(p, sKV + s * 2 * kTile);
-        }
+        ld.issue_k(p, sKV + s * 2 * kTile);
         sm90::cp_async_mbar_arrive(full_k(s));  // fires when this thread's copies so far (Q, K(t)) land
         // staging t % 2 held V(t - 2), transposed by every producer thread in iteration t - 1
         if (t >= kFp8VStaging) sm90::named_sync(kFp8ProducerBar, 128);
@@ -170,21 +156,16 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
 #endif
 }
 
-// k_tma: K of full tiles by TMA where the cache allows it (a map over 128-byte rows as 64 2-byte columns).
 template <typename TO>
-void launch_fp8(const Params& p, int m_blocks, int batch, bool k_tma, cudaStream_t stream) {
+void launch_fp8(const Params& p, int m_blocks, int batch, cudaStream_t stream) {
   const dim3 grid(unsigned(m_blocks), unsigned(p.h_kv), unsigned(batch));
   const std::size_t smem = fp8_smem_bytes(128);
   static const bool configured = [&] {
-    for (auto k : {attention_sm90_fp8_kernel<TO, false>, attention_sm90_fp8_kernel<TO, true>})
-      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    cudaFuncSetAttribute(attention_sm90_fp8_kernel<TO>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     return true;
   }();
   (void)configured;
-  KvTma maps{};
-  if (k_tma) encode_kv_tma(p, 64, 64, kTileKeys, maps);  // box_rows stays 0 where it fails: every K by cp.async
-  auto kernel = k_tma ? attention_sm90_fp8_kernel<TO, true> : attention_sm90_fp8_kernel<TO, false>;
-  kernel<<<grid, kThreadsWs, smem, stream>>>(p, maps);
+  attention_sm90_fp8_kernel<TO><<<grid, kThreadsWs, smem, stream>>>(p);
 }
 
 }  // namespace attnserve::cuda::attn90

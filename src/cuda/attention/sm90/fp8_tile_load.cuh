@@ -10,9 +10,6 @@
 //                 register, keys {2t, 2t+1, 2t+8, 2t+9} of the S accumulator's columns, so storing Vt's
 //                 keys in that order makes P's conversion a plain in-thread pack.
 #pragma once
-#include "cuda/common/sm90/sync.cuh"
-#include "cuda/common/sm90/tma.cuh"
-#include "kv_tma.h"
 #include "tile_load.cuh"
 
 namespace attnserve::cuda::attn90 {
@@ -95,19 +92,6 @@ struct Fp8Loader {
                        ok ? 16 : 0);
     }
   }
-#if defined(ATTNSERVE_SM90_DEVICE)
-  // Producer thread 0 only (lrow0 0: its rows are 16 i, after slots_t): K of a full tile by TMA, one box of
-  // box_rows slots per run (box_rows divides the page and the tile: a run lies in one page); the tile's bytes
-  // announced on `full` first (no arrival). An invalid page: a box at negative slots (zeros).
-  __device__ __forceinline__ void issue_k_tma(const KvTma& m, int hk, uint32_t dK, uint32_t full) const {
-    sm90::mbar_expect_tx(full, uint32_t(kTileBytes));
-    const int group_mask = (m.box_rows >> 4) - 1;  // 16-row groups per run - 1
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
-      if ((i & group_mask) == 0)
-        sm90::tma_load_3d(dK + uint32_t(i * kStep * 128), &m.k, 0, hk, pages[i] >= 0 ? pages[i] : -m.box_rows, full);
-  }
-#endif
   // ... and its V rows into the staging tile dV (group swizzle).
   __device__ __forceinline__ void issue_v(const Params& p, char* dV) const {
     const uint32_t sV = ptx::smem_addr(dV), stv = uint32_t(p.v_stok);

@@ -2,5 +2,5 @@
 #include "../fp8_kernel.cuh"
 
 namespace attnserve::cuda::attn90 {
-template void launch_fp8<__nv_bfloat16>(const Params&, int, int, bool, cudaStream_t);
+template void launch_fp8<__nv_bfloat16>(const Params&, int, int, cudaStream_t);
 }  // namespace attnserve::cuda::attn90
