@@ -458,7 +458,10 @@ void bench_variants(const std::string& name, int b, int h_q, int h_kv, int d, in
                       cfg.page_runs && ps >= runs_from ? " page-runs"
                       : cfg.lane_pages && cfg.mt == 1  ? " lane-pages"
                                                        : "",
-                      cfg.ring_counters ? " ring" : "", cfg.fp8_direct ? " fp8-direct" : "");
+                      cfg.ring_counters ? " ring" : "",
+                      cfg.fp8_direct == 2 ? " fp8-lean"
+                      : cfg.fp8_direct    ? " fp8-direct"
+                                          : "");
         note = buf;
         if (v.b2b > 0) {  // the host's side of one call: a burst enqueued onto a busy GPU, host clock per call
           CK(cudaDeviceSynchronize());
@@ -1008,6 +1011,19 @@ int main(int argc, char** argv) try {
                      {def, direct, wide3, direct3}, 2, true);
       bench_variants("same fp8direct verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1,
                      {def, direct, wide3, direct3}, 2, true);
+    }
+    // The direct kernel's lean key loop (Tuning::fp8_direct 2, session 8: the score scale folded into the
+    // exponent's FFMA, softcap and mask as uniform branches, leaner lane-page loads) against the default (the direct
+    // kernel) on the same buffers; lean ctas3 at page 16 (the direct kernel lost there: 3027-3030 against 3394).
+    {
+      const Variant lean{"fp8lean", Tuning{.fp8_direct = 2}},
+          lean3{"fp8lean ctas3", Tuning{.ctas = 3, .fp8_direct = 2}};
+      for (int ps : {1, 16, 64})
+        bench_variants("same fp8lean b64x8K hq32 hkv8 page" + std::to_string(ps), 64, 32, 8, 128, ps, 1, 8192, 1,
+                       ps == 16 ? std::vector<Variant>{def, lean, lean3} : std::vector<Variant>{def, lean}, 2, true);
+      bench_variants("same fp8lean b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1, {def, lean}, 2, true);
+      bench_variants("same fp8lean verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, lean}, 2,
+                     true);
     }
     // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
     bench_variants("same b4x32K hq32 hkv8 page16", 4, 32, 8, 128, 16, 1, 32768, 1, {def, det, d1k});

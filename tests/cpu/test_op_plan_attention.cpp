@@ -352,6 +352,43 @@ TEST(OpPlanAttention, Fp8DirectByDefaultWhereBuilt) {
   EXPECT_EQ(cuda::attn::conv_bytes(128, true, 1, 4, false), 2u * 64 * 128 * 2);  // the widening kernel's tiles
 }
 
+// The direct kernel's lean key loop (Tuning::fp8_direct 2, session 8, opt-in): only asked for, only where the
+// direct operands are built, only with ring counters (the loop it trims; without them the direct kernel, 1); the
+// same shared memory, stages and CTAs as the direct kernel (only the loop's instructions differ).
+TEST(OpPlanAttention, Fp8DirectLeanOnlyWhenAskedWithRingCounters) {
+  using cuda::attn::Tuning;
+  const Problem fp8 = problem(64, 1, 8192, 128, DType::fp8_e4m3);
+  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, {}, kWithSm90).fp8_direct, 1);  // auto: the direct kernel
+  const Plan direct = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 1}, kWithSm90);
+  const Plan lean = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 2}, kWithSm90);
+  EXPECT_EQ(lean.fp8_direct, 2);
+  EXPECT_EQ(lean.ring_counters, 1);
+  EXPECT_EQ(lean.kernel, Kernel::sm80);
+  EXPECT_EQ(lean.mt, 1);
+  EXPECT_EQ(lean.smem, direct.smem);
+  EXPECT_EQ(lean.stages, direct.stages);
+  EXPECT_EQ(lean.ctas_per_sm, direct.ctas_per_sm);
+  EXPECT_EQ(lean.num_splits, direct.num_splits);
+  const Plan lean3 = cuda::attn::make_plan(fp8, kH200, Tuning{.ctas = 3, .fp8_direct = 2}, kWithSm90);
+  EXPECT_EQ(lean3.fp8_direct, 2);
+  EXPECT_EQ(lean3.ctas_per_sm, 3);
+  EXPECT_EQ(lean3.stages, 4);
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192, 64, DType::fp8_e4m3), kH200, Tuning{.fp8_direct = 2}).fp8_direct,
+            2);
+  // Without ring counters (turned off, or pages over 4 GiB): the direct kernel.
+  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, Tuning{.ring_counters = 0, .fp8_direct = 2}).fp8_direct, 1);
+  Problem wide = fp8;
+  wide.kv_token_stride = int64_t(1) << 29;  // 16-slot pages of 8 GiB
+  EXPECT_EQ(cuda::attn::make_plan(wide, kH200, Tuning{.fp8_direct = 2}).fp8_direct, 1);
+  // Not built: bf16 caches, d 256, 64-row tiles.
+  EXPECT_EQ(cuda::attn::make_plan(problem(64, 1, 8192), kH200, Tuning{.fp8_direct = 2}).fp8_direct, 0);
+  EXPECT_EQ(
+      cuda::attn::make_plan(problem(64, 1, 8192, 256, DType::fp8_e4m3), kH200, Tuning{.fp8_direct = 2}).fp8_direct, 0);
+  EXPECT_EQ(
+      cuda::attn::make_plan(problem(4, 1024, 4096, 128, DType::fp8_e4m3), kH200, Tuning{.fp8_direct = 2}).fp8_direct,
+      0);
+}
+
 TEST(OpPlanAttention, DeterministicSplitSizeTuningRoundsToTiles) {
   Problem p = problem(3, 1, 8192);
   p.deterministic = true;

@@ -188,7 +188,8 @@ TEST(GpuAttention, Fp8KvWithDescale) {
 // f16 q, descales, forced splits (the partials' column order), zero-length and one-token requests, partial last
 // pages, softcap, a window, the deterministic mode, three CTAs per SM, pipeline depths 2..4. check_case also runs
 // each with lane page ids off and ring counters off (the same direct kernel: identical bits required). Not the
-// widening kernel's bits (q and P in f16, another summation order inside each 16-d block).
+// widening kernel's bits (q and P in f16, another summation order inside each 16-d block). Each case again with
+// the lean key loop (Tuning::fp8_direct 2) against the oracle; with a softcap bitwise equal to the direct kernel.
 TEST(GpuAttention, Fp8DirectOperands) {
   ATTNSERVE_REQUIRE_GPU();
   auto g = rng_for_test();
@@ -241,6 +242,26 @@ TEST(GpuAttention, Fp8DirectOperands) {
     EXPECT_EQ(plan.fp8_direct, 1);                     // direct operands
     if (k.ctas == 3) EXPECT_EQ(plan.ctas_per_sm, 3);
     if (k.stages > 0) EXPECT_EQ(plan.stages, k.stages);
+    // The lean key loop (Tuning::fp8_direct 2) on the same spec: against the oracle (not the direct kernel's bits:
+    // one rounding fewer a score), with lane page ids off as check_case's twin (the lean kernel's per-row loads:
+    // the same bytes, so the same bits); ring counters pinned on (without them the plan runs the direct kernel).
+    AttnSpec lean = s;
+    lean.tuning.fp8_direct = 2;
+    lean.tuning.ring_counters = 1;
+    {
+      SCOPED_TRACE("fp8_direct 2 (lean key loop)");
+      check_case(lean, g);
+    }
+    AttnCase lc(lean, g);
+    const auto lean_plan = plan_of(lc, lean.tuning);
+    EXPECT_EQ(lean_plan.kernel, cuda::attn::Kernel::sm80);
+    EXPECT_EQ(lean_plan.fp8_direct, 2);  // the lean loop runs
+    if (k.softcap > 0.f) {  // base-2 scores before the max (sc = 1): the direct kernel's arithmetic and bits
+      cuda::attn::Tuning direct = lean.tuning;
+      direct.fp8_direct = 1;
+      EXPECT_TRUE(same_bytes(run_on_gpu(lc, lean.tuning).out, run_on_gpu(lc, direct).out))
+          << "softcap: the lean loop's bits differ from the direct kernel's";
+    }
   }
 }
 

@@ -131,7 +131,9 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // FP8 operands straight from the e4m3 bytes, where it is built (auto: on; session 8, 184302e, H200, same buffers,
   // GB/s of FP8 bytes, widening / direct: b64 x 8K page 16 2088-2093 / 3394-3406, page 64 2202 / 3710-3715, page 1
   // 2082-2086 / 3285-3286, b128 x 4K h 16/2 1970-1972 / 3128-3129, verify4 2046-2052 / 3205-3214).
-  c.fp8_direct = tune.fp8_direct != 0 && fp8 && supports_fp8_direct(p.d, p.d_v, c.mt) ? 1 : 0;
+  // Tuning::fp8_direct 2: the direct kernel's lean key loop (opt-in; kept only with ring counters, below).
+  c.fp8_direct =
+      tune.fp8_direct != 0 && fp8 && supports_fp8_direct(p.d, p.d_v, c.mt) ? (tune.fp8_direct == 2 ? 2 : 1) : 0;
   const bool direct = c.fp8_direct != 0;
 
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.
@@ -179,6 +181,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // strides of the views again).
   const int64_t page_bytes = p.page_size * p.kv_token_stride * (fp8 ? 1 : 2);
   c.ring_counters = tune.ring_counters != 0 && c.mt == 1 && page_bytes <= int64_t(0xffffffffu) ? 1 : 0;
+  if (c.fp8_direct == 2 && !c.ring_counters) c.fp8_direct = 1;  // the lean loop is built on the ring counters
   ATTNSERVE_CHECK(int64_t(h_kv) * c.num_splits < 65536, kOp, ": h_kv * splits exceeds the grid limit");
   // Hopper: prefill/extend shapes (MT = 4, one split) in auto mode; any supported call when forced.
   // The auto mode leaves the portable kernel every call a Tuning field pins (tests, benchmarks).

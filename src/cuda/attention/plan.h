@@ -55,7 +55,7 @@ struct Plan {
   int page_runs = 1;         // sm80: one page-table entry per run of a thread's rows (pages >= 2 load steps)
   int lane_pages = 0;        // sm80: where runs do not apply, one lane per key row looks up its page id
   int ring_counters = 0;     // sm80, MT = 1: the lean key loop (Tuning::ring_counters; pages < 4 GiB)
-  int fp8_direct = 0;        // sm80, FP8 KV: MMA operands straight from the e4m3 bytes (Tuning::fp8_direct)
+  int fp8_direct = 0;        // sm80, FP8 KV: operands straight from the e4m3 bytes (Tuning::fp8_direct; 2 lean)
   int ctas_per_sm = 2;       // sm80: CTAs the plan expects per SM (smem and registers); splits fill them
   std::size_t smem = 0;      // dynamic shared memory per CTA
   std::size_t ws_bytes = 0;  // = workspace_layout(*this, nullptr).bytes
@@ -100,6 +100,9 @@ struct Tuning {
   // measured: plan.cpp), 0 off (the widening pass into T tiles), 1 on: the S and P V operands are read straight
   // from the raw e4m3 tiles (ldmatrix on the bytes, e4m3 -> f16 in registers); both products on f16 tensor
   // cores (q converted to f16 once, saturating at +-65504; P in f16). Not the widening kernel's bits.
+  // 2 (opt-in, session 8, not measured yet): the direct kernel with the lean key loop (kernel.cuh, LEAN: the score
+  // scale folded into the exponent's FFMA, softcap and mask as uniform branches, leaner lane-page loads); with ring
+  // counters only (else 1 runs). Not the direct kernel's bits (one rounding fewer a score) unless a softcap is on.
   int fp8_direct = -1;
 };
 

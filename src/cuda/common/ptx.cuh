@@ -17,6 +17,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes = 16) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// The same with the zero fill as cp.async's ignore-src predicate, set where `slot` < 0 (16 zero bytes, src not
+// read): one compare, where the src-size form costs a select and ptxas's conversion of the count to a predicate.
+__device__ __forceinline__ void cp_async_16_unless_negative(uint32_t dst, const void* src, int slot) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.lt.s32 p, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, p;\n}\n" ::"r"(dst),
+      "l"(src), "r"(slot));
+}
 // 4-byte async copy (page-table entries); src_bytes 0 writes zeros.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes = 4) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));

@@ -75,6 +75,14 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
   return uint32_t(r * ROW_BYTES + ((c ^ (r & 7)) << 4));
 }
 
+// A pointer as a 64-bit value the compiler cannot split or re-associate (one register pair: the lean kernel's
+// row addresses become one IMAD.WIDE.U32 off it).
+__device__ __forceinline__ uint64_t opaque_address(const char* ptr) {
+  uint64_t x = reinterpret_cast<uint64_t>(ptr);
+  asm("mov.b64 %0, %0;\n" : "+l"(x));
+  return x;
+}
+
 template <typename T>
 __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
   const float2 f = fp8x2_to_float2(two);
@@ -92,10 +100,17 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint16_t two) {
 // exactly 1); FP8's widening loop is unrolled. Same slots, same loads, same arithmetic: the bits equal
 // RC = false's (tested).
 // DIRECT (FP8 only, Plan::fp8_direct): S and P V read the raw e4m3 tiles (swizzled by fp8_swz) as f16 operands.
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC, bool DIRECT = false>
+// LEAN (DIRECT and RC only, Plan::fp8_direct == 2; opt-in, not the default's bits): fewer fixed instructions per
+// tile: the score scale folded into the exponent's FFMA (2^(s * sc - m), m in base 2: one FFMA a score instead of
+// FMUL + FADD; the max taken on the raw scores, exact for sc > 0), the softcap (or a score scale <= 0 / NaN) as one
+// uniform branch a tile that makes base-2 scores first (sc = 1 there: the direct kernel's bits), the mask as a real
+// branch (only edge tiles pay it), and the lane-page loads with one IMAD.WIDE.U32 per row and tensor and the
+// zero fill as cp.async's ignore-src predicate.
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC, bool DIRECT = false, bool LEAN = false>
 __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(const Params p) {
   static_assert(!RC || MT == 1, "ring counters: decode / verify tiles only");
   static_assert(!DIRECT || (FP8 && supports_fp8_direct(D, DV, MT)), "direct FP8 operands: see supports_fp8_direct");
+  static_assert(!LEAN || (DIRECT && RC), "lean key loop: direct FP8 operands with ring counters");
   using Tr = Traits<T, D, DV, FP8, MT>;
   static_assert(!DIRECT || (Tr::kQInRegs && Tr::NKW == 16 && Tr::kP == D), "direct: Q in registers, 16-key slices");
   // The raw K/V tile's byte offset of chunk c of row r (DIRECT: swizzled for its ldmatrix reads).
@@ -198,6 +213,10 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   const uint32_t k_page32 = uint32_t(p.page_size) * k_stok32, v_page32 = uint32_t(p.page_size) * v_stok32;
   // This thread's first row in a page, a 32-bit offset (lrow0 < kLoadStep slots: < a page's bytes).
   const uint32_t k_lane32 = uint32_t(lrow0) * k_stok32, v_lane32 = uint32_t(lrow0) * v_stok32;
+  // LEAN: this thread's chunk of head hk as one opaque 64-bit base (the compiler otherwise keeps it in two parts
+  // and adds both to every row's slot product: 3 instructions a row and tensor instead of one IMAD.WIDE.U32).
+  const uint64_t k_chunk64 = LEAN ? opaque_address(p.k + int64_t(hk) * p.k_sh + lch * 16) : 0;
+  const uint64_t v_chunk64 = LEAN ? opaque_address(p.v + int64_t(hk) * p.v_sh + lch * 16) : 0;
   // Whether this thread's chunk is part of a K / V row (compile-time true when no row is padded).
   const bool k_chunk = Tr::kKRawChunks == Tr::kRawChunks || lch < Tr::kKRawChunks;
   const bool v_chunk = Tr::kVRawChunks == Tr::kRawChunks || lch < Tr::kVRawChunks;
@@ -300,7 +319,17 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
         const uint32_t off = raw_off(row, lch);
         const int bytes = row_slot >= 0 ? 16 : 0;
         const uint64_t s = uint32_t(max(row_slot, 0));  // zero-extended: no sign word in the products
-        if (narrow) {                                   // one IMAD.WIDE.U32 per row and tensor
+        if constexpr (LEAN) {                           // the same slots and zero fills
+          const uint32_t s32 = uint32_t(max(row_slot, 0));
+          if (k_chunk)
+            ptx::cp_async_16_unless_negative(ptx::smem_addr(dK + off),
+                                             reinterpret_cast<const char*>(k_chunk64 + uint64_t(s32) * k_stok32),
+                                             row_slot);
+          if (v_chunk)
+            ptx::cp_async_16_unless_negative(ptx::smem_addr(dV + off),
+                                             reinterpret_cast<const char*>(v_chunk64 + uint64_t(s32) * v_stok32),
+                                             row_slot);
+        } else if (narrow) {  // one IMAD.WIDE.U32 per row and tensor
           if (k_chunk) ptx::cp_async_16(ptx::smem_addr(dK + off), gK + s * k_stok32, bytes);
           if (v_chunk) ptx::cp_async_16(ptx::smem_addr(dV + off), gV + s * v_stok32, bytes);
         } else {
@@ -385,6 +414,10 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   // RC's counters at tile t: cs = t % stages (the stage read), is = (t + stages - 1) % stages (the
   // stage refilled), rs = (t + stages - 1) % ring (its page ids' slot; the prefetch of tile
   // t + 2 * stages - 1 takes the other half of the ring, rs +- stages).
+  // LEAN: scores stay raw and the exponent's FFMA scales them (sc = s_log2), except with a softcap or a scale
+  // the max of raw scores cannot take (<= 0, NaN): there one uniform branch a tile makes base-2 scores (sc = 1).
+  const bool pre_scale = !LEAN || p.softcap > 0.f || !(s_log2 > 0.f);
+  const float sc = pre_scale ? 1.f : s_log2;
   int cs = 0, is = p.stages - 1, rs = p.stages - 1;
   for (int t = 0; t < n_tiles; ++t) {
     {
@@ -393,7 +426,10 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
       issue_pages(nt + p.stages, rs < p.stages ? rs + p.stages : rs - p.stages);
       ptx::cp_async_commit();
     }
-    if constexpr (RC) ptx::cp_async_wait_by_compare(p.stages - 1);
+    if constexpr (LEAN) {  // the default depth (4 stages) first: one compare
+      if (p.stages == 4) ptx::cp_async_wait<3>();
+      else ptx::cp_async_wait_by_compare(p.stages - 1);
+    } else if constexpr (RC) ptx::cp_async_wait_by_compare(p.stages - 1);
     else ptx::cp_async_wait_dyn(p.stages - 1);
     __syncthreads();
 
@@ -482,28 +518,58 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     // Scores in base 2, masked; online softmax.
     const int kbase = k_begin + t * Tr::kTile + ks * Tr::NKW;
     const bool need_mask = kbase < lo_max || kbase + Tr::NKW - 1 > hi_min;
+    if constexpr (LEAN) {
+      if (pre_scale) {  // uniform: softcap, or a scale the fold cannot take (sc = 1)
 #pragma unroll
-    for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
+        for (int nt = 0; nt < Tr::NKW / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e];
-        x = p.softcap > 0.f ? s_cap_out * tanhf(x * s_cap_in) : x * s_log2;
-        if (need_mask) {
-          const int j = kbase + nt * 8 + 2 * (lane & 3) + (e & 1);
-          const bool vis = e < 2 ? (j >= lo0 && j <= hi0) : (j >= lo1 && j <= hi1);
-          x = vis ? x : -INFINITY;
+          for (int e = 0; e < 4; ++e) {
+            const float x = s[nt][e];
+            s[nt][e] = p.softcap > 0.f ? s_cap_out * tanhf(x * s_cap_in) : x * s_log2;
+          }
+      }
+      // Uniform in the warp: only the edge tiles of a row's key range. The empty asm keeps ptxas from
+      // if-converting the block (predicated, its ~4 instructions a score would issue on every tile).
+      if (need_mask) {
+        asm volatile("" ::: "memory");
+#pragma unroll
+        for (int nt = 0; nt < Tr::NKW / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = kbase + nt * 8 + 2 * (lane & 3) + (e & 1);
+            const bool vis = e < 2 ? (j >= lo0 && j <= hi0) : (j >= lo1 && j <= hi1);
+            s[nt][e] = vis ? s[nt][e] : -INFINITY;
+          }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[nt][e];
+          x = p.softcap > 0.f ? s_cap_out * tanhf(x * s_cap_in) : x * s_log2;
+          if (need_mask) {
+            const int j = kbase + nt * 8 + 2 * (lane & 3) + (e & 1);
+            const bool vis = e < 2 ? (j >= lo0 && j <= hi0) : (j >= lo1 && j <= hi1);
+            x = vis ? x : -INFINITY;
+          }
+          s[nt][e] = x;
         }
-        s[nt][e] = x;
       }
     }
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+    // LEAN: the first pair seeds the max (no max with -inf: the same value for every score but NaN).
+    float mx0 = LEAN ? fmaxf(s[0][0], s[0][1]) : -INFINITY, mx1 = LEAN ? fmaxf(s[0][2], s[0][3]) : -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
+    for (int nt = LEAN ? 1 : 0; nt < Tr::NKW / 8; ++nt) {
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
     mx0 = ptx::quad_max(mx0);
     mx1 = ptx::quad_max(mx1);
+    if constexpr (LEAN) {  // the raw maxima in base 2 (sc > 0: the max of the scaled scores; -inf stays -inf)
+      mx0 *= sc;
+      mx1 *= sc;
+    }
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
     // DIRECT: 2^x by the SFU alone (ex2.approx.ftz, ~2 ulp): its P are rounded to f16, which flushes everything
@@ -520,15 +586,20 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
     const float al0 = exp2_(m0 - b0), al1 = exp2_(m1 - b1);
     m0 = mn0;
     m1 = mn1;
-    float ps0 = 0.f, ps1 = 0.f;
+    float ps0 = 0.f, ps1 = 0.f;  // LEAN: no 0 + first pair (2^x >= +0: the same sums)
+    // The exponent's argument: the base-2 score less the row's max (LEAN: one FFMA, sc = 1 gives the FADD's bits).
+    auto arg = [&](float x, float b) {
+      if constexpr (LEAN) return fmaf(x, sc, -b);
+      else return x - b;
+    };
 #pragma unroll
     for (int nt = 0; nt < Tr::NKW / 8; ++nt) {
-      s[nt][0] = exp2_(s[nt][0] - b0);
-      s[nt][1] = exp2_(s[nt][1] - b0);
-      s[nt][2] = exp2_(s[nt][2] - b1);
-      s[nt][3] = exp2_(s[nt][3] - b1);
-      ps0 += s[nt][0] + s[nt][1];
-      ps1 += s[nt][2] + s[nt][3];
+      s[nt][0] = exp2_(arg(s[nt][0], b0));
+      s[nt][1] = exp2_(arg(s[nt][1], b0));
+      s[nt][2] = exp2_(arg(s[nt][2], b1));
+      s[nt][3] = exp2_(arg(s[nt][3], b1));
+      ps0 = LEAN && nt == 0 ? s[0][0] + s[0][1] : ps0 + (s[nt][0] + s[nt][1]);
+      ps1 = LEAN && nt == 0 ? s[0][2] + s[0][3] : ps1 + (s[nt][2] + s[nt][3]);
     }
     l0 = l0 * al0 + ps0;
     l1 = l1 * al1 + ps1;
@@ -694,9 +765,9 @@ __global__ void __launch_bounds__(kThreads, MIN_CTAS) paged_attention_kernel(con
   }
 }
 
-template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC, bool DIRECT>
+template <typename T, int D, int DV, bool FP8, int MT, int MIN_CTAS, bool RC, bool DIRECT, bool LEAN = false>
 void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS, RC, DIRECT>;
+  auto kernel = paged_attention_kernel<T, D, DV, FP8, MT, MIN_CTAS, RC, DIRECT, LEAN>;
   static bool configured = [&] {
     int dev = 0, optin = 0;
     cudaGetDevice(&dev);
@@ -710,12 +781,12 @@ void launch_occ(const Params& p, const Config& c, int batch, cudaStream_t stream
   kernel<<<grid, kThreads, c.smem, stream>>>(p);
 }
 
-template <typename T, int D, int DV, bool FP8, int MT, bool RC, bool DIRECT = false>
+template <typename T, int D, int DV, bool FP8, int MT, bool RC, bool DIRECT = false, bool LEAN = false>
 void launch_rc(const Params& p, const Config& c, int batch, cudaStream_t stream) {
   if constexpr (supports_three_ctas(row_elems(D, DV), MT)) {
-    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3, RC, DIRECT>(p, c, batch, stream);
+    if (c.ctas_per_sm == 3) return launch_occ<T, D, DV, FP8, MT, 3, RC, DIRECT, LEAN>(p, c, batch, stream);
   }
-  launch_occ<T, D, DV, FP8, MT, 1, RC, DIRECT>(p, c, batch, stream);
+  launch_occ<T, D, DV, FP8, MT, 1, RC, DIRECT, LEAN>(p, c, batch, stream);
 }
 
 // The ring-counter kernel's 32-bit page products: a page's bytes fit 32 bits (the plan checks the same).
@@ -728,8 +799,11 @@ template <typename T, int D, int DV, bool FP8, int MT>
 void launch(const Params& p, const Config& c, int batch, cudaStream_t stream) {
   if constexpr (FP8 && supports_fp8_direct(D, DV, MT)) {
     if (c.fp8_direct) {
-      if (c.ring_counters && ring_counters_apply(p))
+      if (c.ring_counters && ring_counters_apply(p)) {
+        // Plan::fp8_direct 2: the lean key loop (ring counters only; without them the direct kernel runs).
+        if (c.fp8_direct == 2) return launch_rc<T, D, DV, FP8, MT, true, true, true>(p, c, batch, stream);
         return launch_rc<T, D, DV, FP8, MT, true, true>(p, c, batch, stream);
+      }
       return launch_rc<T, D, DV, FP8, MT, false, true>(p, c, batch, stream);
     }
   }
