@@ -43,6 +43,8 @@ struct S7Variant {
   bool stream = false;       // cuda::set_topk_stream (session 8)
   bool fused_count = false;  // cuda::set_topk_fused_count (session 8)
   bool s8 = false;           // a row of bench_s8_variants (" [s8 A/B: ...]")
+  bool bin_list = false;     // cuda::set_topk_bin_list (s8-topk2)
+  bool s8b = false;          // a row of bench_bin_list (" [s8 bin A/B: ...]")
 };
 
 // N(0, 1) by Box-Muller on two hashes (what the same-run peer harness feeds: torch.randn).
@@ -123,7 +125,11 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
       (emit == cuda::TopkEmit::kept_masks ? " [mask emit]"
        : emit == cuda::TopkEmit::recount  ? " [recount emit]"
                                           : "") +
-      (s7 ? std::string(s7->s8 ? " [s8 A/B: " : " [s7 A/B: ") + s7->name + "]" : std::string());
+      (s7 ? std::string(s7->s8b  ? " [s8 bin A/B: "
+                        : s7->s8 ? " [s8 A/B: "
+                                 : " [s7 A/B: ") +
+                s7->name + "]"
+          : std::string());
   if (!selected(name)) return;
   cuda::set_topk_path(path);
   cuda::set_topk_debug_stop(stop);
@@ -141,6 +147,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_offset_digit(s7 ? int(s7->offset_digit) : -1);
   cuda::set_topk_stream(s7 ? int(s7->stream) : -1);
   cuda::set_topk_fused_count(s7 ? int(s7->fused_count) : -1);
+  cuda::set_topk_bin_list(s7 ? int(s7->bin_list) : -1);
   const std::size_t set_bytes = std::size_t(rows * width) * 4;
   const int sets = sets_for(set_bytes);
   Buffer scores(set_bytes * sets, Device::cuda()), lengths(std::size_t(rows) * 4, Device::cuda());
@@ -181,6 +188,7 @@ void bench_case(int64_t rows, int64_t width, int k, TopkTransform transform, con
   cuda::set_topk_offset_digit(-1);
   cuda::set_topk_stream(-1);
   cuda::set_topk_fused_count(-1);
+  cuda::set_topk_bin_list(-1);
 }
 
 // Session 7's variants (topk_op::Tuning) against "none" (all four forced off: session 6's kept-masks path),
@@ -247,6 +255,37 @@ void bench_s8_variants() {
                    false, 0, 0, false, cuda::TopkEmit::automatic, v);
   // The adversarial rows of the target shape (ties at the threshold: positions decide).
   for (const S7Variant* v : {&kAll, &kStream, &kFused})
+    bench_case(128, 64 << 10, 2048, TopkTransform::none, "adversarial", Fill::ties16, cuda::TopkPath::automatic, 0,
+               false, 0, 0, false, cuda::TopkEmit::automatic, v);
+}
+
+// s8-topk2's bin-list select (Tuning::bin_list, opt-in, unmeasured) beside the same kernel without it, adjacent rows
+// per shape, two rounds ("s8 bin A/B" selects them all): the sampled kernel without the L2 prefetch (the plan's
+// default above 16 MB of scores: 128 x 64K, 128 x 128K) and the streaming filter (the default for <= 32 rows), each
+// with the lean emit, lean select and offset digit (the defaults). 8192 x 4K runs 256 threads, where it does not apply
+// (the spread). Then the phase stops 4 (filtered) and 5 (selected) of 128 x 64K and 1 x 64K, and the tied rows.
+void bench_bin_list() {
+  static const S7Variant kPlain{"no prefetch", false, true, true, true, false, false, true, false, true},
+      kPlainBin{"no prefetch + bin list", false, true, true, true, false, false, true, true, true},
+      kStream{"stream", false, true, true, true, true, false, true, false, true},
+      kStreamBin{"stream + bin list", false, true, true, true, true, false, true, true, true},
+      kFusedBin{"stream + fused count + bin list", false, true, true, true, true, true, true, true, true};
+  struct Shape {
+    int64_t rows, width;
+  };
+  const std::initializer_list<const S7Variant*> all = {&kPlain, &kPlainBin, &kStream, &kStreamBin, &kFusedBin};
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{128, 128 << 10}, Shape{1, 64 << 10}, Shape{8192, 4 << 10},
+                         Shape{128, 16 << 10}, Shape{32, 256 << 10}})
+    for (int round = 0; round < 2; ++round)
+      for (const S7Variant* v : all)
+        bench_case(sh.rows, sh.width, 2048, TopkTransform::none, round ? "round 2" : "round 1", Fill::normal,
+                   cuda::TopkPath::automatic, 0, false, 0, 0, false, cuda::TopkEmit::automatic, v);
+  for (const Shape sh : {Shape{128, 64 << 10}, Shape{1, 64 << 10}})
+    for (const int stop : {4, 5})
+      for (const S7Variant* v : all)
+        bench_case(sh.rows, sh.width, 2048, TopkTransform::none, "phase", Fill::normal, cuda::TopkPath::automatic, stop,
+                   false, 0, 0, false, cuda::TopkEmit::automatic, v);
+  for (const S7Variant* v : {&kPlain, &kPlainBin})  // ties16: the k-th bin holds far more than the list's cap
     bench_case(128, 64 << 10, 2048, TopkTransform::none, "adversarial", Fill::ties16, cuda::TopkPath::automatic, 0,
                false, 0, 0, false, cuda::TopkEmit::automatic, v);
 }
@@ -322,6 +361,7 @@ int main(int argc, char** argv) try {
   }
   bench_s7_variants();
   bench_s8_variants();
+  bench_bin_list();
   // The old timing (host's cost counted), as session 3 measured.
   bench_case(1, 4 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);
   bench_case(128, 64 << 10, 2048, none, "session 3's method", normal, P::automatic, 0, true);

@@ -240,5 +240,32 @@ TEST(TopkPlan, StreamFilterForFewRowsOrWhenForced) {
   EXPECT_FALSE(make_plan(kLong, kH200, {.select = Select::global, .stream = 1}).stream);
 }
 
+// s8-topk2's bin-list select: off unless forced; forced, only on the 1024-thread sampled kernel with the offset digit
+// and a kept-masks emit (either filter); it changes nothing else of the plan.
+TEST(TopkPlan, BinListOnlyWhenForced) {
+  using cuda::topk_op::Plan;
+  const cuda::topk_op::Problem kLone{.rows = 1, .width = 65536, .k = 2048};
+  for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
+    for (const auto& prob : {kShort, kLong, kLone}) {
+      SCOPED_TRACE("arch " + std::to_string(caps.arch) + " rows " + std::to_string(prob.rows));
+      const Plan plan = make_plan(prob, caps);
+      EXPECT_FALSE(plan.bin_list);
+      EXPECT_FALSE(make_plan(prob, caps, {.bin_list = 0}).bin_list);
+      const Plan forced = make_plan(prob, caps, {.bin_list = 1});
+      EXPECT_EQ(forced.bin_list, plan.select == Select::sampled && plan.threads == 1024);
+      EXPECT_EQ(forced.select, plan.select);
+      EXPECT_EQ(forced.threads, plan.threads);
+      EXPECT_EQ(forced.cluster, plan.cluster);
+      EXPECT_EQ(forced.emit, plan.emit);
+      EXPECT_EQ(forced.stream, plan.stream);
+      EXPECT_EQ(forced.l2_prefetch, plan.l2_prefetch);
+      EXPECT_EQ(forced.smem, plan.smem);
+      EXPECT_FALSE(make_plan(prob, caps, {.offset_digit = 0, .bin_list = 1}).bin_list);
+      EXPECT_FALSE(make_plan(prob, caps, {.emit = Emit::recount, .bin_list = 1}).bin_list);
+      EXPECT_EQ(make_plan(prob, caps, {.stream = 1, .bin_list = 1}).bin_list, forced.bin_list);
+    }
+  EXPECT_TRUE(make_plan(kLong, kH200, {.bin_list = 1}).bin_list);
+}
+
 }  // namespace
 }  // namespace attnserve

@@ -52,6 +52,7 @@ struct KernelChoice {
   bool offset_digit = false;  // the candidates' first digit relative to the threshold (cuda::set_topk_offset_digit)
   bool stream = false;        // session 8's streaming filter (cuda::set_topk_stream)
   bool fused_count = false;   // its fused offset-digit count (cuda::set_topk_fused_count)
+  bool bin_list = false;      // the k-th offset bin ranked as a list (cuda::set_topk_bin_list; s8-topk2)
 };
 std::vector<KernelChoice> g_paths = {
     {cuda::TopkPath::sampled, 1, false, "sampled, one CTA per row"},
@@ -80,11 +81,22 @@ std::vector<KernelChoice> g_paths = {
      true, true, true, true},
     {cuda::TopkPath::sampled, 4, true,
      "sampled, clusters of 4 CTAs per row, streaming filter + fused count + lean emit + lean select + offset digit",
-     false, true, true, true, true, true}};
+     false, true, true, true, true, true},
+    // s8-topk2's bin-list select (1024-thread sampled rows with the offset digit; others run the kernels above): with
+    // the default's lean emit, lean select and offset digit (one CTA per row, clusters of 8), and on the streaming
+    // filter with the fused count.
+    {cuda::TopkPath::sampled, 1, true, "sampled, one CTA per row, lean emit + lean select + offset digit + bin list",
+     false, true, true, true, false, false, true},
+    {cuda::TopkPath::sampled, 8, true,
+     "sampled, clusters of 8 CTAs per row, lean emit + lean select + offset digit + bin list", false, true, true, true,
+     false, false, true},
+    {cuda::TopkPath::sampled, 1, true,
+     "sampled, one CTA per row, streaming filter + fused count + lean emit + lean select + offset digit + bin list",
+     false, true, true, true, true, true, true}};
 
 // ATTNSERVE_TOPK_S7=0 in the environment skips session 7's and 8's opt-in variants (e.g. under racecheck, where every
 // kernel choice of a check costs ~3 s); ATTNSERVE_TOPK_S8=0 skips session 8's only.
-bool is_s8_variant(const KernelChoice& c) { return c.stream || c.fused_count; }
+bool is_s8_variant(const KernelChoice& c) { return c.stream || c.fused_count || c.bin_list; }
 bool is_s7_variant(const KernelChoice& c) {
   return c.l2_prefetch || c.lean_emit || c.lean_select || c.offset_digit || is_s8_variant(c);
 }
@@ -93,7 +105,8 @@ bool env_is_zero(const char* name) {
   return e != nullptr && std::string(e) == "0";
 }
 // ATTNSERVE_TOPK_FEW=1: the streaming filter's bitwise check takes one configuration a shape (row starts, one CTA
-// per row, the standard digits) and leaves out its 128-row shape, so that racecheck (~100x slower) finishes it.
+// per row, the standard digits) and leaves out its 128-row shape, so that racecheck (~100x slower) finishes it; the
+// bin-list check leaves out its 64-row shape and takes one CTA per row, the sampled and the stream + fused filters.
 bool few_configurations() {
   const char* e = std::getenv("ATTNSERVE_TOPK_FEW");
   return e != nullptr && std::string(e) == "1";
@@ -114,6 +127,7 @@ void for_each_path(const std::function<void()>& fn) {
     cuda::set_topk_offset_digit(c.offset_digit);
     cuda::set_topk_stream(c.stream);
     cuda::set_topk_fused_count(c.fused_count);
+    cuda::set_topk_bin_list(c.bin_list);
     fn();
     cuda::set_topk_path(cuda::TopkPath::automatic);
     cuda::set_topk_cluster(0);
@@ -123,6 +137,7 @@ void for_each_path(const std::function<void()>& fn) {
     cuda::set_topk_offset_digit(-1);
     cuda::set_topk_stream(-1);
     cuda::set_topk_fused_count(-1);
+    cuda::set_topk_bin_list(-1);
     if (::testing::Test::HasFatalFailure()) return;
   }
 }
@@ -787,5 +802,104 @@ TEST(TopkGpu, StreamingFilterGivesTheSameBits) {
           if (HasFatalFailure()) return;
         }
     }
+  }
+}
+
+// s8-topk2: the bin-list select (Tuning::bin_list) must give the default kernel's bits (the same selection, so the same
+// emit). Rows: N(0, 1) (the k-th offset bin holds ~34 entries: the list path), N(0, 1) rounded to 1/64 and 1/32 (~70 /
+// ~130 entries of one key in the k-th bin: ties ranked by position in the list), rounded to 1/8 (~500: above the
+// list's cap, the key passes), and the adversarial rows (all equal, > 16K tied maxima, NaN / -inf, the k-th far above
+// the threshold, 256 levels, mostly -inf); one CTA per row and the plan's clusters; the default sampled kernel, the
+// streaming filter, and it with the fused count, each against its own run without the bin list.
+TEST(TopkGpu, BinListSelectGivesTheSameBits) {
+  DSA_REQUIRE_GPU();
+  auto g = rng_for_test();
+  struct Shape {
+    int64_t rows, width, k;
+  };
+  const bool few = few_configurations();
+  for (const Shape sh : {Shape{64, int64_t(64) << 10, 2048}, Shape{3, int64_t(300) << 10, 2048}, Shape{16, 20000, 1000},
+                         Shape{8, int64_t(128) << 10, 4000}}) {
+    if (few && sh.rows == 64) continue;  // ATTNSERVE_TOPK_FEW=1 (racecheck): the smaller shapes, one CTA per row
+    SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
+    TopkProblem p(sh.rows, sh.width, sh.k);
+    fill_normal(p.row(0), p.rows * p.width, g);
+    std::uniform_int_distribution<int64_t> pos(0, p.width - 1);
+    std::uniform_int_distribution<int> level(0, 255);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      float* x = p.row(r);
+      const auto round_to = [&](float q) {
+        for (int64_t j = 0; j < p.width; ++j) x[j] = std::round(x[j] * q) / q;
+      };
+      switch (r % 12) {
+        case 1: round_to(64.f); break;
+        case 2: round_to(32.f); break;
+        case 3: round_to(8.f); break;
+        case 5: std::fill(x, x + p.width, 1.f); break;  // all equal
+        case 6:
+          for (int64_t j = 0; j < p.width; j += 3) x[j] = 3.f;
+          break;  // > 16K tied maxima
+        case 7:   // NaN / -inf
+          for (int64_t j = 0; j < p.width; ++j) x[j] = j % 4 == 0 ? x[j] : (j % 3 ? -kInf : std::nanf(""));
+          break;
+        case 9:  // tiny values and 2500 huge ones: the k-th far above the sample's threshold
+          for (int64_t j = 0; j < p.width; ++j) x[j] *= 1e-20f;
+          for (int i = 0; i < 2500; ++i) x[pos(g)] = 1e20f * (1.f + float(i) / 2500.f);
+          break;
+        case 10:
+          for (int64_t j = 0; j < p.width; ++j) x[j] = float(level(g));
+          break;
+        case 11:  // 300 finite values, the k-th is -inf
+          std::fill(x, x + p.width, -kInf);
+          for (int i = 0; i < 300; ++i) x[pos(g)] = float(i % 7);
+          break;
+        default: break;  // N(0, 1)
+      }
+    }
+    p.use_starts = true;
+    std::uniform_int_distribution<int32_t> len(1, int32_t(p.width) - 2);  // inside the row after any start
+    for (int64_t r = 0; r < p.rows; ++r) {
+      p.starts.ptr<int32_t>()[r] = int32_t(r % 3);
+      p.lengths.ptr<int32_t>()[r] = r % 4 == 3 ? len(g) : int32_t(p.width - r % 3);
+    }
+    TopkProblem oracle = p;
+    oracle.run();
+    for (const int cluster : {1, 0})        // 0: the plan's (clusters of 8 for the 3 rows of 300K on sm_90)
+      for (const int filter : {0, 1, 2}) {  // the sampled kernel's filter, the streaming one, it + the fused count
+        if (few && (cluster != 1 || filter == 1)) continue;
+        SCOPED_TRACE("cluster " + std::to_string(cluster) +
+                     (filter == 0   ? ", default filter"
+                      : filter == 1 ? ", streaming filter"
+                                    : ", stream + fused count"));
+        cuda::set_topk_path(cuda::TopkPath::sampled);
+        cuda::set_topk_cluster(cluster);
+        cuda::set_topk_emit(cuda::TopkEmit::kept_masks_lean);
+        cuda::set_topk_l2_prefetch(0);
+        cuda::set_topk_lean_select(1);
+        cuda::set_topk_offset_digit(1);
+        cuda::set_topk_stream(filter >= 1);
+        cuda::set_topk_fused_count(filter == 2);
+        std::vector<uint8_t> reference;
+        for (const int bin_list : {0, 1}) {
+          SCOPED_TRACE(bin_list ? "bin list" : "key passes");
+          cuda::set_topk_bin_list(bin_list);
+          run_gpu_twice(p.args());
+          if (HasFatalFailure()) break;
+          expect_same_rows(oracle.out, p.out, oracle.lengths, p.k);
+          if (HasFatalFailure()) break;
+          if (bin_list == 0) reference = p.out.bytes;
+          else EXPECT_TRUE(p.out.bytes == reference) << "the bin-list select's bits differ from the key passes'";
+        }
+        cuda::set_topk_path(cuda::TopkPath::automatic);
+        cuda::set_topk_cluster(0);
+        cuda::set_topk_emit(cuda::TopkEmit::automatic);
+        cuda::set_topk_l2_prefetch(-1);
+        cuda::set_topk_lean_select(-1);
+        cuda::set_topk_offset_digit(-1);
+        cuda::set_topk_stream(-1);
+        cuda::set_topk_fused_count(-1);
+        cuda::set_topk_bin_list(-1);
+        if (HasFatalFailure()) return;
+      }
   }
 }

@@ -99,6 +99,7 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
       c.l2_prefetch = false;
     }
     c.fused_count = c.stream && c.offset_digit && tune.fused_count == 1;
+    c.bin_list = tune.bin_list == 1 && c.offset_digit && c.threads == 1024 && masks;
   }
   return c;
 }

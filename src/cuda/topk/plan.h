@@ -93,6 +93,7 @@ struct Plan {
   bool offset_digit = false;       // the candidates' first digit relative to the sample's threshold (the default)
   bool stream = false;       // the streaming filter (Tuning::stream; its own kernel, 1024 threads, no L2 prefetch)
   bool fused_count = false;  // the offset digit's histogram counted in the streaming filter (Tuning::fused_count)
+  bool bin_list = false;     // the k-th offset bin resolved by ranking its entries (Tuning::bin_list; its own kernels)
   std::size_t smem = 0;      // dynamic shared memory per CTA (sampled kernel; 0 for global)
   std::size_t ws_bytes = 0;  // the radix select keeps everything in shared memory
 };
@@ -129,6 +130,11 @@ struct Tuning {
   // With the streaming filter and the offset digit, one CTA per row: each warp counts its candidates' offset digits
   // after its filter (the select starts at its find_bin: one histogram pass and its barrier fewer).
   int fused_count = -1;
+  // Session 8 (s8-topk2, opt-in, unmeasured): -1 the plan's (off), 0 off, 1 on. With the offset digit at 1024 threads
+  // and the kept-masks emits: a k-th offset bin of at most 256 candidates is resolved by ranking its entries in a
+  // list (2 block barriers) instead of the key bits 4..15 / 0..3 / position passes (4 barriers each). Kernels of
+  // their own (the default kernels' code unchanged); the same selection: the same output bits.
+  int bin_list = -1;
 };
 
 Support can_implement(const Problem& p, const DeviceCaps& caps);

@@ -35,6 +35,7 @@ int g_lean_select = -1;
 int g_offset_digit = -1;
 int g_stream = -1;
 int g_fused_count = -1;
+int g_bin_list = -1;
 
 static_assert(topk_op::sampled_smem_bytes(256) == sizeof(topk_detail::SampledSmem<256>) &&
                   topk_op::sampled_smem_bytes(1024) == sizeof(topk_detail::SampledSmem<1024>),
@@ -120,6 +121,15 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
   // The emit is a compile-time variant of the one kernel (kKeepMasks; the lean one a runtime flag of it).
   // The streaming filter (plan.stream: 1024 threads, kept masks) is a kernel of its own (kStream).
   if constexpr (kThreads == 1024) {
+    if (plan.bin_list) {  // the plan: kept-masks emits only
+      if (plan.stream)
+        launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true, true, true>>(
+            p, rows, kThreads, plan.cluster, plan.smem, s);
+      else
+        launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true, false, true>>(
+            p, rows, kThreads, plan.cluster, plan.smem, s);
+      return;
+    }
     if (plan.stream) {
       launch_with_smem<topk_detail::topk_sampled_kernel<kThreads, kUnroll, true, true>>(p, rows, kThreads, plan.cluster,
                                                                                         plan.smem, s);
@@ -135,7 +145,7 @@ void launch(const topk_op::Plan& plan, const TopkParams& p, unsigned rows, cudaS
 }
 
 topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit, int l2_prefetch, int lean_select,
-                          int offset_digit, int stream, int fused_count) {
+                          int offset_digit, int stream, int fused_count, int bin_list) {
   topk_op::Tuning t;
   if (path == TopkPath::global) t.select = topk_op::Select::global;
   if (path == TopkPath::sampled) t.select = topk_op::Select::sampled;
@@ -150,6 +160,7 @@ topk_op::Tuning tuning_of(TopkPath path, int threads, int cluster, TopkEmit emit
   t.offset_digit = offset_digit;
   t.stream = stream;
   t.fused_count = fused_count;
+  t.bin_list = bin_list;
   return t;
 }
 
@@ -167,6 +178,7 @@ void set_topk_lean_select(int mode) { g_lean_select = mode; }
 void set_topk_offset_digit(int mode) { g_offset_digit = mode; }
 void set_topk_stream(int mode) { g_stream = mode; }
 void set_topk_fused_count(int mode) { g_fused_count = mode; }
+void set_topk_bin_list(int mode) { g_bin_list = mode; }
 
 std::size_t topk_workspace_size(const TopkArgs& a, const DeviceCaps& caps) {
   return topk_op::workspace_size(topk_op::make_plan(topk_op::problem_of(a), caps));
@@ -176,9 +188,10 @@ void topk(const TopkArgs& a, Workspace, Stream stream) {
   const int64_t rows = a.scores.size(0);
   if (rows == 0) return;
   DeviceGuard guard(a.scores.device);
-  const topk_op::Plan plan = topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
-                                                tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch,
-                                                          g_lean_select, g_offset_digit, g_stream, g_fused_count));
+  const topk_op::Plan plan =
+      topk_op::make_plan(topk_op::problem_of(a), current_device_caps(),
+                         tuning_of(g_topk_path, g_threads, g_cluster, g_emit, g_l2_prefetch, g_lean_select,
+                                   g_offset_digit, g_stream, g_fused_count, g_bin_list));
   TopkParams p{};
   p.scores = a.scores.ptr<const float>();
   p.score_row_stride = a.scores.stride(0);

@@ -38,5 +38,8 @@ void set_topk_offset_digit(int mode);
 // digit's histogram counted in the filter (Tuning::fused_count).
 void set_topk_stream(int mode);
 void set_topk_fused_count(int mode);
+// Benchmarks and tests, -1 the plan's (off), 0 off, 1 on (session 8, s8-topk2, unmeasured): the k-th offset bin
+// resolved by ranking its entries (topk_op::Tuning::bin_list; 1024 threads, offset digit, kept-masks emits).
+void set_topk_bin_list(int mode);
 
 }  // namespace attnserve::cuda

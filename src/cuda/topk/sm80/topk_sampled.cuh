@@ -233,7 +233,13 @@ __device__ __forceinline__ SelectDigit select_digit_after_offset(int pass) {
 // segments (the streaming filter's fused count), so its pass starts at find_bin.
 // kCleared (the streaming kernel): S.hist is all zeros on entry and is left so (find_bin<kThreads, true> clears it):
 // the passes count without a clearing pass and its barrier.
-template <int kThreads, bool kCleared = false>
+// kBinList (Tuning::bin_list, session 8, opt-in): after the offset digit, a k-th bin of at most kBinListCap entries is
+// resolved by select_in_bin (2 barriers, ties on the key by position included) instead of the key / position passes
+// (4 barriers each); S.hist is then left dirty (only the emit's staging writes it after this select).
+template <int kThreads>
+__device__ inline SelectState select_in_bin(SampledSmem<kThreads>& S, uint32_t prefix16, uint32_t need);
+constexpr uint32_t kBinListCap = 256;  // entries of the k-th offset bin resolved by select_in_bin
+template <int kThreads, bool kCleared = false, bool kBinList = false>
 __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32_t need, bool with_pos,
                                                 bool lean = false, uint32_t floor_key = 0,
                                                 bool offset_hist_ready = false) {
@@ -249,6 +255,9 @@ __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32
       st.kprefix = base + pick.digit;
       st.kshift = kOffsetShift;
       if (pick.count == need) return st;
+      if constexpr (kBinList) {
+        if (with_pos && pick.count <= kBinListCap) return select_in_bin<kThreads>(S, st.kprefix, need);  // uniform
+      }
       after_offset = true;
     }
   }
@@ -267,6 +276,84 @@ __device__ inline SelectState radix_select_smem(SampledSmem<kThreads>& S, uint32
     }
     if (pick.count == need) break;                // the bin is taken whole (always by the last pass with positions)
     if (!with_pos && pick.count <= r / 2) break;  // the sample: a thin bin is precise enough
+  }
+  return st;
+}
+
+// The k-th offset bin (key prefix `prefix16` = key >> 16, count <= kBinListCap, `need` of them wanted) resolved in two
+// barriers: every warp appends its segment's entries of the bin as (key, rp = 2^31 - 1 - position) pairs to a
+// list in S.hist (slots by one shared atomic a warp and 128 entries on a counter, S.warp[1][0], zeroed by the kernel:
+// the list's order is not deterministic, the ranks are), a barrier; a group of lanes ranks each entry among the list
+// ((key, rp) pairs are distinct), the one of rank need - 1 (the need-th largest) writes the state's pivot, a barrier.
+// The result selects exactly the same entries as the passes it replaces: key > the pivot's, or equal and rp >= the
+// pivot's; by the key alone (pshift 31: the lean emit) when no entry of the pivot's key ranks below it.
+template <int kThreads>
+__device__ inline SelectState select_in_bin(SampledSmem<kThreads>& S, uint32_t prefix16, uint32_t need) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint32_t* list_n = &S.warp[1][0];  // 0 on entry (the kernel zeroed it; nothing else writes it before the emit)
+  uint2* list = reinterpret_cast<uint2*>(S.hist);  // find_bin read the histogram before its last barrier
+  const uint32_t n = S.cnt[warp];
+  const uint4* key4 = reinterpret_cast<const uint4*>(S.bits + warp * kSegCap);
+  const uint4* pos4 = reinterpret_cast<const uint4*>(S.pos + warp * kSegCap);
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (uint32_t base = 0; base < n; base += 128) {  // warp-uniform trips: one shared atomic a warp and trip
+    const uint32_t q = base / 4 + uint32_t(lane);
+    uint32_t m = 0;  // bit e: entry 4q + e is in the bin
+    uint4 k4 = make_uint4(0u, 0u, 0u, 0u);
+    if (4 * q < n) {
+      k4 = key4[q];
+      const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) m |= uint32_t(4 * q + e < n && (kk[e] >> kOffsetShift) == prefix16) << e;
+    }
+    const uint32_t cl = uint32_t(__popc(m));  // 0..4: three bit planes
+    const unsigned b0 = __ballot_sync(ptx::kFullMask, cl & 1u), b1 = __ballot_sync(ptx::kFullMask, cl & 2u);
+    const unsigned b2 = __ballot_sync(ptx::kFullMask, cl & 4u);
+    const uint32_t total = uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2));
+    if (total == 0) continue;  // warp-uniform
+    uint32_t slot = 0;
+    if (lane == 0) slot = atomicAdd(list_n, total);
+    slot = __shfl_sync(ptx::kFullMask, slot, 0) + uint32_t(__popc(b0 & lanes_below)) +
+           2u * uint32_t(__popc(b1 & lanes_below)) + 4u * uint32_t(__popc(b2 & lanes_below));
+    if (m == 0) continue;
+    const uint4 p4 = pos4[q];
+    const uint32_t kk[4] = {k4.x, k4.y, k4.z, k4.w}, pp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if ((m >> e) & 1u) list[slot++] = make_uint2(kk[e], 0x7fffffffu - pp[e]);
+  }
+  __syncthreads();
+  const uint32_t c = *list_n;  // = the bin's count (<= kBinListCap)
+  // Entry i is ranked by the g = 32 .. 4 lanes tid / g == i (the widest group that gives every entry one: the scan
+  // is c / g entries a lane), their counts summed over the group by shuffles.
+  const uint32_t g = c <= 32 ? 32u : c <= 64 ? 16u : c <= 128 ? 8u : 4u;  // block-uniform
+  const uint32_t i = uint32_t(tid) / g, sub = uint32_t(tid) % g;
+  uint2 me = make_uint2(0u, 0u);
+  uint32_t rank = 0, tie_below = 0;  // entries ranked above entry i; entries of its key ranked below it
+  if (i < c) {
+    me = list[i];
+    for (uint32_t j = sub; j < c; j += g) {
+      const uint2 o = list[j];
+      rank += uint32_t(o.x > me.x || (o.x == me.x && o.y > me.y));
+      tie_below += uint32_t(o.x == me.x && o.y < me.y);
+    }
+  }
+#pragma unroll
+  for (uint32_t o = 1; o < 32; o <<= 1) {  // the group's sums (lanes of a group: one warp, g-aligned)
+    if (o < g) {                           // block-uniform
+      rank += __shfl_xor_sync(ptx::kFullMask, rank, int(o));
+      tie_below += __shfl_xor_sync(ptx::kFullMask, tie_below, int(o));
+    }
+  }
+  if (i < c && sub == 0 && rank == need - 1) S.pick = BinPick{me.x, me.y, tie_below};  // the pivot: one thread
+  __syncthreads();
+  const BinPick pv = S.pick;
+  SelectState st;
+  st.kprefix = pv.digit;
+  st.kshift = 0;
+  if (pv.count != 0) {  // entries of the pivot's key below it: the pivot's rp decides among them
+    st.pprefix = pv.above;
+    st.pshift = 0;
   }
   return st;
 }
@@ -527,7 +614,7 @@ __device__ inline void emit_selected(const TopkParams& p, int64_t row, const Row
 // kKeepMasks: the emit's variant (emit_selected). kStream: the streaming filter (above; its dynamic shared memory
 // is SampledSmem plus the ring; each warp converts its candidates to keys after its filter; the selects keep the
 // histogram clear); no L2 prefetch.
-template <int kThreads, int kUnroll, bool kKeepMasks, bool kStream = false>
+template <int kThreads, int kUnroll, bool kKeepMasks, bool kStream = false, bool kBinList = false>
 __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     topk_sampled_kernel(const __grid_constant__ TopkParams p) {  // 256: 4 CTAs (50 KB) per SM
   constexpr int kWarps = kThreads / 32;
@@ -568,6 +655,9 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
   // Rows loaded whole are CTA 0's alone (every CTA of a cluster returns here or below together: the row
   // decides, and it is the same row).
   if (len <= kExactMax && rank != 0) return;
+  if constexpr (kBinList) {  // select_in_bin's counter (seen after the barriers below)
+    if (tid == 0) S.warp[1][0] = 0u;
+  }
   if constexpr (kStream) {  // the selects' histogram starts clear (seen after the first barrier below) and stays so
     static_assert(kBins == 4 * kThreads, "one uint4 of the histogram per thread");
     reinterpret_cast<uint4*>(S.hist)[tid] = make_uint4(0u, 0u, 0u, 0u);
@@ -837,8 +927,8 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
 
   // ---- 3. exact radix select on (key, position) (the streaming filter's warps converted the sampled regime's keys)
   if (!kStream || len <= kExactMax) segment_bits_to_keys<kThreads>(S);
-  const SelectState st = radix_select_smem<kThreads, kStream>(S, uint32_t(k), true, p.lean_select != 0,
-                                                              p.offset_digit ? cand_floor : 0u, offset_hist_ready);
+  const SelectState st = radix_select_smem<kThreads, kStream, kBinList>(
+      S, uint32_t(k), true, p.lean_select != 0, p.offset_digit ? cand_floor : 0u, offset_hist_ready);
   if (p.debug_stop == 5) return;
 
   // ---- 4. emit, in segment order (quads of entries; deterministic)
