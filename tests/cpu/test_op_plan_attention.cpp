@@ -318,7 +318,7 @@ TEST(OpPlanAttention, Fp8DirectByDefaultWhereBuilt) {
   const Plan def = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 0}, kWithSm90);  // the widening kernel
   EXPECT_EQ(def.fp8_direct, 0);
   const Plan automatic = cuda::attn::make_plan(fp8, kH200, {}, kWithSm90);
-  EXPECT_EQ(automatic.fp8_direct, 1);  // auto: on (measured, plan.cpp)
+  EXPECT_EQ(automatic.fp8_direct, 2);  // auto: on, the lean key loop (measured, plan.cpp)
   const Plan on = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 1}, kWithSm90);
   EXPECT_EQ(on.fp8_direct, 1);
   EXPECT_EQ(on.smem, automatic.smem);
@@ -352,13 +352,13 @@ TEST(OpPlanAttention, Fp8DirectByDefaultWhereBuilt) {
   EXPECT_EQ(cuda::attn::conv_bytes(128, true, 1, 4, false), 2u * 64 * 128 * 2);  // the widening kernel's tiles
 }
 
-// The direct kernel's lean key loop (Tuning::fp8_direct 2, session 8, opt-in): only asked for, only where the
-// direct operands are built, only with ring counters (the loop it trims; without them the direct kernel, 1); the
+// The direct kernel's lean key loop (Tuning::fp8_direct 2, session 8; the default since session 9): by default or
+// asked for, only where the direct operands are built, only with ring counters (the loop it trims; without them the direct kernel, 1); the
 // same shared memory, stages and CTAs as the direct kernel (only the loop's instructions differ).
-TEST(OpPlanAttention, Fp8DirectLeanOnlyWhenAskedWithRingCounters) {
+TEST(OpPlanAttention, Fp8DirectLeanByDefaultWithRingCounters) {
   using cuda::attn::Tuning;
   const Problem fp8 = problem(64, 1, 8192, 128, DType::fp8_e4m3);
-  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, {}, kWithSm90).fp8_direct, 1);  // auto: the direct kernel
+  EXPECT_EQ(cuda::attn::make_plan(fp8, kH200, {}, kWithSm90).fp8_direct, 2);  // auto: the lean key loop
   const Plan direct = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 1}, kWithSm90);
   const Plan lean = cuda::attn::make_plan(fp8, kH200, Tuning{.fp8_direct = 2}, kWithSm90);
   EXPECT_EQ(lean.fp8_direct, 2);

@@ -240,18 +240,20 @@ TEST(TopkPlan, StreamFilterForFewRowsOrWhenForced) {
   EXPECT_FALSE(make_plan(kLong, kH200, {.select = Select::global, .stream = 1}).stream);
 }
 
-// s8-topk2's bin-list select: off unless forced; forced, only on the 1024-thread sampled kernel with the offset digit
-// and a kept-masks emit (either filter); it changes nothing else of the plan.
-TEST(TopkPlan, BinListOnlyWhenForced) {
+// s8-topk2's bin-list select: by default on rows up to kBinListMaxWidth, forced on longer ones; either way only on
+// the 1024-thread sampled kernel with the offset digit and a kept-masks emit (either filter); it changes nothing else
+// of the plan.
+TEST(TopkPlan, BinListOnShortRowsOrWhenForced) {
   using cuda::topk_op::Plan;
   const cuda::topk_op::Problem kLone{.rows = 1, .width = 65536, .k = 2048};
+  const cuda::topk_op::Problem kWide{.rows = 128, .width = 131072, .k = 2048};  // past kBinListMaxWidth
   for (const DeviceCaps& caps : {kH200, kA100, kSmall, kTiny})
-    for (const auto& prob : {kShort, kLong, kLone}) {
+    for (const auto& prob : {kShort, kLong, kLone, kWide}) {
       SCOPED_TRACE("arch " + std::to_string(caps.arch) + " rows " + std::to_string(prob.rows));
       const Plan plan = make_plan(prob, caps);
-      EXPECT_FALSE(plan.bin_list);
-      EXPECT_FALSE(make_plan(prob, caps, {.bin_list = 0}).bin_list);
       const Plan forced = make_plan(prob, caps, {.bin_list = 1});
+      EXPECT_EQ(plan.bin_list, forced.bin_list && prob.width <= cuda::topk_op::kBinListMaxWidth);
+      EXPECT_FALSE(make_plan(prob, caps, {.bin_list = 0}).bin_list);
       EXPECT_EQ(forced.bin_list, plan.select == Select::sampled && plan.threads == 1024);
       EXPECT_EQ(forced.select, plan.select);
       EXPECT_EQ(forced.threads, plan.threads);
@@ -265,6 +267,9 @@ TEST(TopkPlan, BinListOnlyWhenForced) {
       EXPECT_EQ(make_plan(prob, caps, {.stream = 1, .bin_list = 1}).bin_list, forced.bin_list);
     }
   EXPECT_TRUE(make_plan(kLong, kH200, {.bin_list = 1}).bin_list);
+  EXPECT_TRUE(make_plan(kLong, kH200).bin_list);
+  EXPECT_FALSE(make_plan(kWide, kH200).bin_list);
+  EXPECT_TRUE(make_plan(kWide, kH200, {.bin_list = 1}).bin_list);
 }
 
 }  // namespace

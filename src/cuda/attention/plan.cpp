@@ -131,9 +131,11 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune, con
   // FP8 operands straight from the e4m3 bytes, where it is built (auto: on; session 8, 184302e, H200, same buffers,
   // GB/s of FP8 bytes, widening / direct: b64 x 8K page 16 2088-2093 / 3394-3406, page 64 2202 / 3710-3715, page 1
   // 2082-2086 / 3285-3286, b128 x 4K h 16/2 1970-1972 / 3128-3129, verify4 2046-2052 / 3205-3214).
-  // Tuning::fp8_direct 2: the direct kernel's lean key loop (opt-in; kept only with ring counters, below).
+  // Auto and 2: the direct kernel's lean key loop (kept only with ring counters, below; session 9, ea573db, H200,
+  // same buffers, GB/s of FP8 bytes, direct / lean: b64 x 8K page 16 3429-3435 / 3633-3637, page 1 3301-3308 /
+  // 3618-3621, page 64 3749-3750 / 3818-3827, b128 x 4K h 16/2 3151-3155 / 3317-3330, verify4 3243-3250 / 3575-3586).
   c.fp8_direct =
-      tune.fp8_direct != 0 && fp8 && supports_fp8_direct(p.d, p.d_v, c.mt) ? (tune.fp8_direct == 2 ? 2 : 1) : 0;
+      tune.fp8_direct != 0 && fp8 && supports_fp8_direct(p.d, p.d_v, c.mt) ? (tune.fp8_direct == 1 ? 1 : 2) : 0;
   const bool direct = c.fp8_direct != 0;
 
   // Pipeline depth: the deepest that still lets two CTAs share an SM, else the deepest that fits.

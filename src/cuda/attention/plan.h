@@ -96,12 +96,12 @@ struct Tuning {
   // page products (pages of < 4 GiB), and O's rescale is skipped in tiles that raise no row's max of the
   // warp (every factor exactly 1); FP8's e4m3 widening unrolled. Same loads and arithmetic: same bits.
   int ring_counters = -1;
-  // Portable kernel on an FP8 (e4m3) cache, 16-row tiles (decode / verify), d = d_v in {64, 128}: -1 auto (on,
+  // Portable kernel on an FP8 (e4m3) cache, 16-row tiles (decode / verify), d = d_v in {64, 128}: -1 auto (2,
   // measured: plan.cpp), 0 off (the widening pass into T tiles), 1 on: the S and P V operands are read straight
   // from the raw e4m3 tiles (ldmatrix on the bytes, e4m3 -> f16 in registers); both products on f16 tensor
   // cores (q converted to f16 once, saturating at +-65504; P in f16). Not the widening kernel's bits.
-  // 2 (opt-in, session 8, not measured yet): the direct kernel with the lean key loop (kernel.cuh, LEAN: the score
-  // scale folded into the exponent's FFMA, softcap and mask as uniform branches, leaner lane-page loads); with ring
+  // 2 (the default since session 9): the direct kernel with the lean key loop (kernel.cuh, LEAN: the score scale
+  // folded into the exponent's FFMA, softcap and mask as uniform branches, leaner lane-page loads); with ring
   // counters only (else 1 runs). Not the direct kernel's bits (one rounding fewer a score) unless a softcap is on.
   int fp8_direct = -1;
 };

@@ -99,7 +99,12 @@ Plan make_plan(const Problem& p, const DeviceCaps& caps, const Tuning& tune) {
       c.l2_prefetch = false;
     }
     c.fused_count = c.stream && c.offset_digit && tune.fused_count == 1;
-    c.bin_list = tune.bin_list == 1 && c.offset_digit && c.threads == 1024 && masks;
+    // The bin-list select on rows up to kBinListMaxWidth (session 9, ea573db, H200 "s8 bin A/B" rows, without /
+    // with, two rounds: 128 x 64K 23.5 / 21.7, 22.5 / 21.9 us; 128 x 16K 16.3 / 14.9, 15.8 / 15.2; 1 x 64K streamed
+    // 14.8 / 14.4, 14.6 / 14.5; longer rows lose: 128 x 128K 30.7 / 30.9, 30.7 / 31.4; 32 x 256K streamed 30.1 /
+    // 30.7, 30.0 / 30.8; 8192 x 4K 134.0 both).
+    const bool bin_list_wanted = tune.bin_list > 0 || (tune.bin_list < 0 && p.width <= kBinListMaxWidth);
+    c.bin_list = bin_list_wanted && c.offset_digit && c.threads == 1024 && masks;
   }
   return c;
 }

@@ -58,9 +58,10 @@ const char* emit_name(Emit e);
 // once), 32 x 256K 42.5 / 32.9 (C 2; C 4: 38.0); 1 x 16K 14.2 / 15.4 (C 8 slower: hence the length).
 constexpr int64_t kClusterRow = 32768;
 // Defaults measured on the H200 (plan.cpp): the sampled kernel's L2 prefetch up to this many bytes of scores a
-// call; the streaming filter for up to kStreamMaxRows rows.
+// call; the streaming filter for up to kStreamMaxRows rows; the bin-list select on rows up to kBinListMaxWidth.
 constexpr int64_t kPrefetchMaxBytes = int64_t(16) << 20;
 constexpr int64_t kStreamMaxRows = 32;
+constexpr int64_t kBinListMaxWidth = 65536;
 constexpr int kClusterMax = 8;  // the portable cluster size
 // CTAs per row: the largest of 8, 4, 2 with rows * ctas <= SMs / 2; 1 if none, the row is short or the
 // device has no clusters.
@@ -130,7 +131,7 @@ struct Tuning {
   // With the streaming filter and the offset digit, one CTA per row: each warp counts its candidates' offset digits
   // after its filter (the select starts at its find_bin: one histogram pass and its barrier fewer).
   int fused_count = -1;
-  // Session 8 (s8-topk2, opt-in, unmeasured): -1 the plan's (off), 0 off, 1 on. With the offset digit at 1024 threads
+  // Session 8 (s8-topk2): -1 the plan's (on for rows up to kBinListMaxWidth), 0 off, 1 on. With the offset digit at 1024 threads
   // and the kept-masks emits: a k-th offset bin of at most 256 candidates is resolved by ranking its entries in a
   // list (2 block barriers) instead of the key bits 4..15 / 0..3 / position passes (4 barriers each). Kernels of
   // their own (the default kernels' code unchanged); the same selection: the same output bits.
