@@ -370,6 +370,23 @@ TEST(OpPlanSparseMla, DenseScheduleKernelIsOptIn) {
   EXPECT_EQ(make_plan(det, kH200, dense, kWithSm90).num_splits, 1);
   EXPECT_TRUE(cuda::sparse_mla_op::is_sm90(Kernel::sm90_bf16_dense));
   EXPECT_STREQ(cuda::sparse_mla_op::kernel_name(Kernel::sm90_bf16_dense), "sm90_bf16_dense");
+  // The FP8-656 cache: its own opt-in (dense_schedule_fp8), the sm90_fp8 plan's splits and workspace otherwise.
+  const cuda::sparse_mla_op::SparseMlaTuning dense_fp8{.dense_schedule_fp8 = 1};
+  for (int64_t rows : {128, 32}) {
+    const auto base = make_plan(sparse(rows, 128, 2048, true), kH200, {}, kWithSm90);
+    const auto d = make_plan(sparse(rows, 128, 2048, true), kH200, dense_fp8, kWithSm90);
+    EXPECT_EQ(base.kernel, Kernel::sm90_fp8);
+    EXPECT_EQ(d.kernel, Kernel::sm90_fp8_dense);
+    EXPECT_EQ(d.num_splits, base.num_splits);
+    EXPECT_EQ(d.split_tiles, base.split_tiles);
+    EXPECT_EQ(d.ws_bytes, base.ws_bytes);
+    EXPECT_EQ(d.smem, cuda::mla90::smem_bytes_with_key_mask());
+  }
+  EXPECT_EQ(make_plan(sparse(128, 128, 2048, false), kH200, dense_fp8, kWithSm90).kernel, Kernel::sm90_bf16);
+  EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, dense_fp8, kWithSm90).kernel, Kernel::sm90_fp8_small);
+  EXPECT_EQ(make_plan(sparse(128, 128, 2048, true), kH200, dense_fp8, kPortableOnly).kernel, Kernel::sm80_fp8);
+  EXPECT_TRUE(cuda::sparse_mla_op::is_sm90(Kernel::sm90_fp8_dense));
+  EXPECT_STREQ(cuda::sparse_mla_op::kernel_name(Kernel::sm90_fp8_dense), "sm90_fp8_dense");
 }
 
 TEST(OpPlanSparseMla, ForcedSplitsCutTheListEvenly) {

@@ -1,15 +1,16 @@
-// Hopper (sm_90a) sparse MLA over a bf16 cache on the dense MLA decode kernel's schedule (Kernel::sm90_bf16_dense,
-// SparseMlaTuning::dense_schedule): sparse attention of one query row over its top-k list is the dense kernel with
-// page size 1 where the "page table" is the row's index list. The consumers are the dense kernel's
+// Hopper (sm_90a) sparse MLA on the dense MLA decode kernel's schedule (Kernel::sm90_bf16_dense / sm90_fp8_dense,
+// SparseMlaTuning::dense_schedule / dense_schedule_fp8): sparse attention of one query row over its top-k list is the
+// dense kernel with page size 1 where the "page table" is the row's index list. The consumers are the dense kernel's
 // (src/cuda/mla/sm90/kernel.cuh: WG 1 S = Q K^T of 64 heads x 64 keys, the online softmax and O[:, 0:256), WG 2
-// O[:, 256:512) from WG 1's P); this file gives them the sparse problem (the policy SparseTopk) and the producer.
+// O[:, 256:512) from WG 1's P); this file gives them the sparse problem (the policy SparseTopk), producer_topk.cuh
+// the producer (bf16 rows by cp.async, or FP8-656 tokens dequantized in the stage as the dense FP8 producer does).
 //
 // One CTA = (query row, block of 64 heads, split of the top-k list): grid (rows x head_blocks, num_splits), the
 // head blocks of a row adjacent (they gather the same keys, the second from L2).
-//   producer (WG 0)  Q of the 64 heads, then per 64-key tile of the row's list (positions [64 t, 64 t + 64) of
-//                    the split) the dense producer's cp.async gather (8 threads per key, 16-byte chunks of the 9
-//                    SW128 panels), the slot being the index itself. Invalid positions (index < 0 or >= num_slots,
-//                    past topk_length) land as zero rows and clear their bit of the stage's 64-bit key mask.
+//   producer (WG 0)  Q of the 64 heads, then per 64-key tile of the row's list (positions [64 t, 64 t + 64) of the
+//                    split) the gather into the ring, the slot being the index itself. Invalid positions (index < 0
+//                    or >= num_slots, past topk_length) land as zero rows and clear their bit of the stage's 64-bit
+//                    key mask (producer_topk.cuh).
 //   WG 1 softmax     masks by key from that mask (a uniform skip when all 64 keys are valid), base-2 online
 //                    softmax on raw scores x scale_log2 (the dense kernel's), then what the other sparse kernels
 //                    write: out = O / (l + 2^(sink log2e - m)), lse = (m + log2 l) ln 2, max_logits = m ln 2;
@@ -17,10 +18,6 @@
 //                    unnormalized in the sparse plan's workspace (params.cuh: part_o, part_ml) for its combine.
 // Repeated indices count each time (each position is its own key). h_q: any count (heads past h_q are zero rows
 // of Q, never stored); the plan takes it for h_q % 64 == 0.
-//
-// Key mask of stage s (mla90::Smem::key_mask): producer warp w, pass i (keys 16 i + 4 w + k, k = lane / 8) ballots
-// its keys' validity; bit 16 w + 4 i + k of the u64 is key 16 i + 4 w + k. Lane 0 of each warp stores its u16 and
-// arrives on the stage's full barrier (release), so full counts 128 cp.async arrivals + 4.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -33,43 +30,13 @@
 #include "cuda/common/sm90/wgmma.cuh"
 #include "cuda/mla/sm90/kernel.cuh"
 #include "cuda/sparse_mla/params.cuh"
+#include "producer_topk.cuh"
 
 namespace attnserve::cuda::sparse_mla90 {
 
 namespace dense_schedule {
 
 using mla90::kHalfDv;
-using mla90::kPanelBytes;
-using mla90::kPanels;
-using mla90::kRows;
-using mla90::kStages;
-using mla90::kTileKeys;
-using sparse_mla_op::Params;
-
-constexpr int kFullArrivals = 128 + 4;  // every producer thread's cp.async arrival + lane 0 of each producer warp
-
-// One CTA's query row, heads and tiles of the row's top-k list.
-struct TopkBlock {
-  int64_t row;
-  int h0, split;
-  int n;        // the row's list length (topk_length clamped to [0, topk])
-  int tile0;    // the split's first tile
-  int n_tiles;  // its tiles (0: nothing to read; the row or split is empty)
-
-  __device__ __forceinline__ void init(const Params& p) {
-    row = blockIdx.x / p.head_blocks;
-    h0 = int(blockIdx.x % p.head_blocks) * kRows;
-    split = int(blockIdx.y);
-    n = p.topk;
-    if (p.topk_length) {
-      const int v = p.topk_length[row * p.topk_length_stride];
-      n = v < 0 ? 0 : (v > p.topk ? p.topk : v);
-    }
-    const int row_tiles = (n + kTileKeys - 1) / kTileKeys;
-    tile0 = split * p.split_tiles;
-    n_tiles = max(0, min(row_tiles - tile0, p.split_tiles));
-  }
-};
 
 #if defined(ATTNSERVE_SM90_DEVICE)
 
@@ -183,70 +150,36 @@ struct SparseTopk {
   }
 };
 
-// The producer warpgroup (tid < 128): thread (lch = tid % 8, lrow = tid / 8) copies chunk lch of each of the 9
-// panels of keys lrow + 16 i (i < 4), as the dense producer; the row's indices of tile t + 1 are read while it
-// waits for tile t's stage.
-__device__ __forceinline__ void produce_topk(const Params& p, const TopkBlock& b, const mla90::Smem& sm, int tid) {
-  if (b.n_tiles == 0) return;
-  const int lch = tid & 7, lrow = tid >> 3, lane = tid & 31, warp = tid >> 5;
-#pragma unroll
-  for (int i = 0; i < kRows / 16; ++i) {  // Q: heads h0 + lrow + 16 i; lands with tile 0's arrival
-    const int head = b.h0 + lrow + 16 * i;
-    const bool ok = head < p.h_q;
-    const uint16_t* src = ok ? p.q + b.row * p.q_row_stride + int64_t(head) * p.q_head_stride + lch * 8 : p.q;
-    const uint32_t dst = sm.q + sm90::sw128_offset(lrow + 16 * i, lch);
-#pragma unroll
-    for (int pn = 0; pn < kPanels; ++pn)
-      ptx::cp_async_16(dst + uint32_t(pn * kPanelBytes), src + (ok ? pn * 64 : 0), ok ? 16 : 0);
-  }
-  const int32_t* idx = p.indices + b.row * p.idx_row_stride;
-  auto fetch = [&](int t, int(&sid)[4]) {  // slots of the thread's keys in tile t, -1 where invalid
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int pos = (b.tile0 + t) * kTileKeys + lrow + 16 * i;
-      const int v = t < b.n_tiles && pos < b.n ? __ldg(idx + int64_t(pos) * p.idx_col_stride) : -1;
-      sid[i] = v >= 0 && v < p.num_slots ? v : -1;
-    }
-  };
-  int sid[4];
-  fetch(0, sid);
-  for (int t = 0; t < b.n_tiles; ++t) {
-    int next[4];
-    fetch(t + 1, next);
-    if (t >= kStages) sm90::mbar_wait(sm.empty(t), ((t / kStages) - 1) & 1);
-    const uint32_t sK = sm.stage(t);
-    uint32_t word = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const bool ok = sid[i] >= 0;
-      const uint8_t* src = p.kv + int64_t(ok ? sid[i] : 0) * p.kv_row_bytes + lch * 16;
-      const uint32_t dst = sK + sm90::sw128_offset(lrow + 16 * i, lch);
-#pragma unroll
-      for (int pn = 0; pn < kPanels; ++pn)
-        ptx::cp_async_16(dst + uint32_t(pn * kPanelBytes), src + pn * 128, ok ? 16 : 0);
-      const uint32_t bal = __ballot_sync(0xffffffffu, ok);  // lanes 0, 8, 16, 24: keys 16 i + 4 warp + 0..3
-      word |= ((bal & 1u) | ((bal >> 7) & 2u) | ((bal >> 14) & 4u) | ((bal >> 21) & 8u)) << (4 * i);
-    }
-    sm90::cp_async_mbar_arrive(sm.full(t));
-    if (lane == 0) {
-      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(sm.key_mask(t) + 2 * warp), "h"(uint16_t(word)) : "memory");
-      sm90::mbar_arrive(sm.full(t));  // release: the mask word is visible with the phase
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) sid[i] = next[i];
-  }
-}
-
 #endif  // ATTNSERVE_SM90_DEVICE
 
+// kFp8: the FP8-656 cache (produce_topk_fp8), else bf16 (produce_topk_bf16).
+template <bool kFp8>
 __global__ void __launch_bounds__(mla90::kThreads, 1) sparse_mla90_dense_kernel(const Params p) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   char* smem = mla90::smem_base();
   TopkBlock b;
   b.init(p);
-  mla90::run_cta<SparseTopk>(p, b, smem, kFullArrivals,
-                             [&](const mla90::Smem& sm, int tid) { produce_topk(p, b, sm, tid); });
+  mla90::run_cta<SparseTopk>(p, b, smem, kFp8 ? kFullArrivalsFp8 : kFullArrivalsBf16,
+                             [&](const mla90::Smem& sm, int tid) {
+                               if constexpr (kFp8) produce_topk_fp8(p, b, sm, tid);
+                               else produce_topk_bf16(p, b, sm, tid);
+                             });
 #endif
+}
+
+// Grid (rows x head_blocks, num_splits) of 384-thread CTAs; the dynamic shared-memory limit set once per cache kind.
+template <bool kFp8>
+void launch_dense_schedule(const Params& p, cudaStream_t stream) {
+  auto* kernel = sparse_mla90_dense_kernel<kFp8>;
+  constexpr int kSmem = int(mla90::smem_bytes_with_key_mask());
+  static const bool configured = [&] {
+    ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(unsigned(p.rows * p.head_blocks), unsigned(p.num_splits));
+  kernel<<<grid, mla90::kThreads, kSmem, stream>>>(p);
+  ATTNSERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dense_schedule
