@@ -60,6 +60,8 @@ void bench_case(const std::string& what, int64_t rows, int64_t h_q, int64_t topk
   if (tune.sm90 == 1) name += " hopper";
   if (tune.small == 1) name += " small";
   if (tune.small == 0) name += " no-small";
+  if (tune.dense_schedule == 1) name += " dense-schedule";
+  if (tune.dense_schedule_fp8 == 1) name += " dense-schedule-fp8";
   if (deterministic) name += " deterministic";
   if (!wanted(name)) return;
   const int64_t row_bytes = fp8 ? 656 : 1152;
@@ -129,6 +131,38 @@ int main(int argc, char** argv) try {
     bench_case("sparse decode", 32, 128, 2048, pool, true, 277, "FlashMLA", t);
     bench_case("sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 594, "FlashMLA", t);
     bench_case("sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 644, "FlashMLA", t);
+  }
+  // Session 9 A/B (filter "s9-dense-ab" selects exactly these rows): the Hopper kernel (sm90_bf16) against the
+  // sparse kernel on the dense MLA decode kernel's schedule (sm90_bf16_dense, opt-in dense_schedule), adjacent
+  // (the FP8 rows after them: sm90_fp8 against sm90_fp8_dense).
+  for (int d : {0, 1}) {
+    const Tuning t{.sm90 = 1, .dense_schedule = d};
+    bench_case("s9-dense-ab sparse prefill s_kv 8K", 4096, 128, 2048, 8192, false, 594, "FlashMLA", t);
+  }
+  for (int d : {0, 1}) {
+    const Tuning t{.sm90 = 1, .dense_schedule = d};
+    bench_case("s9-dense-ab sparse prefill s_kv 8K", 4096, 64, 2048, 8192, false, 644, "FlashMLA", t);
+  }
+  for (int d : {0, 1}) {
+    const Tuning t{.sm90 = 1, .dense_schedule = d};
+    bench_case("s9-dense-ab sparse prefill s_kv 32K", 4096, 128, 2048, 32768, false, 564, "FlashMLA", t);
+  }
+  for (int d : {0, 1}) {
+    const Tuning t{.sm90 = 1, .dense_schedule = d};
+    bench_case("s9-dense-ab sparse decode", 128, 128, 2048, pool, false, 246, "FA3 qv, page-1 table", t);
+  }
+  // ... and over the FP8-656 cache: sm90_fp8 against sm90_fp8_dense (opt-in dense_schedule_fp8).
+  for (int d : {0, 1}) {
+    const Tuning t{.sm90 = 1, .dense_schedule_fp8 = d};
+    bench_case("s9-dense-ab sparse decode", 128, 128, 2048, pool, true, 387, "FlashMLA", t);
+  }
+  for (int d : {0, 1}) {
+    const Tuning t{.sm90 = 1, .dense_schedule_fp8 = d};
+    bench_case("s9-dense-ab sparse decode", 128, 64, 2048, pool, true, 316, "FlashMLA", t);
+  }
+  for (int d : {0, 1}) {
+    const Tuning t{.sm90 = 1, .dense_schedule_fp8 = d};
+    bench_case("s9-dense-ab sparse decode", 32, 128, 2048, pool, true, 277, "FlashMLA", t);
   }
   // Split-K sweeps. h_q 16 (DeepSeek-V3.2 at TP 8): splits 1 / 2 / 4 / 8 at the selector's ring, then the
   // two halves of the change apart: the 2-stage ring unsplit (still one CTA per row: 128 CTAs), and

@@ -93,12 +93,18 @@ void run(const SparseMlaArgs& a, const Plan& plan, Workspace ws, Stream stream) 
     case Kernel::sm90_bf16:
     case Kernel::sm90_fp8:
     case Kernel::sm90_fp8_small:
+    case Kernel::sm90_bf16_dense:
+    case Kernel::sm90_fp8_dense:
 #ifdef ATTNSERVE_HAVE_SM90
       if (c.kernel == Kernel::sm90_fp8) sparse_mla90::launch_fp8(p, static_cast<cudaStream_t>(stream.handle));
       else if (c.kernel == Kernel::sm90_fp8_small) {
         ATTNSERVE_CHECK(p.kv_row_bytes < (int64_t(1) << 31), kOp, ": kv rows of ", p.kv_row_bytes,
                         " bytes are wider than the small-head kernel's 32-bit row stride");
         sparse_mla90::launch_fp8_small(p, c.head_block, c.smem, static_cast<cudaStream_t>(stream.handle));
+      } else if (c.kernel == Kernel::sm90_bf16_dense) {
+        sparse_mla90::launch_bf16_dense_schedule(p, static_cast<cudaStream_t>(stream.handle));
+      } else if (c.kernel == Kernel::sm90_fp8_dense) {
+        sparse_mla90::launch_fp8_dense_schedule(p, static_cast<cudaStream_t>(stream.handle));
       } else sparse_mla90::launch_bf16(p, static_cast<cudaStream_t>(stream.handle));
       break;
 #else

@@ -6,6 +6,7 @@
 
 #include "attnserve/cache_formats.h"
 #include "attnserve/error.h"
+#include "cuda/mla/sm90/config.h"
 #include "cuda/sparse_mla/sm80/config.h"
 #include "cuda/sparse_mla/sm90/config.h"
 #include "cuda/sparse_mla/sm90/small_config.h"
@@ -48,6 +49,8 @@ const char* kernel_name(Kernel k) {
     case Kernel::sm90_bf16: return "sm90_bf16";
     case Kernel::sm90_fp8: return "sm90_fp8";
     case Kernel::sm90_fp8_small: return "sm90_fp8_small";
+    case Kernel::sm90_bf16_dense: return "sm90_bf16_dense";
+    case Kernel::sm90_fp8_dense: return "sm90_fp8_dense";
   }
   return "?";
 }
@@ -90,6 +93,15 @@ Plan make_sm90_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune)
   c.stages = sparse_mla90::kStages;
   c.ctas_per_sm = 1;
   c.smem = sparse_mla90::smem_bytes();
+  // Opt-in: the dense MLA kernel's schedule (same head block, tile and ring; its shared memory plus the key masks).
+  const bool fp8 = p.kv_dtype == DType::u8;
+  if ((fp8 ? tune.dense_schedule_fp8 : tune.dense_schedule) > 0 && p.h_q % mla90::kRows == 0 &&
+      mla90::smem_bytes_with_key_mask() <= caps.smem_per_block) {
+    static_assert(mla90::kRows == sparse_mla90::kHeadBlock && mla90::kTileKeys == sparse_mla90::kTileKeys &&
+                  mla90::kStages == sparse_mla90::kStages);
+    c.kernel = fp8 ? Kernel::sm90_fp8_dense : Kernel::sm90_bf16_dense;
+    c.smem = mla90::smem_bytes_with_key_mask();
+  }
   const int tiles = int(std::max<int64_t>(1, ceil_div(p.topk, c.tile_keys)));
   int splits = 1;
   if (!p.deterministic) splits = heuristic_splits(p.rows * c.head_blocks, caps.num_sms, tiles / 2);  // >= 128 keys

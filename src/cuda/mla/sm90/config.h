@@ -39,6 +39,11 @@ constexpr std::size_t smem_bytes() {
   return kAlignSlack + std::size_t(kTileBytes) * (1 + kStages) + kPanelBytes + 2 * kRows * 4 + 3 * kStages * 8;
 }
 static_assert(smem_bytes() <= 232448, "over the 227 KB of dynamic shared memory per block on sm_90");
+// The sparse MLA kernel on this schedule (src/cuda/sparse_mla/sm90/dense_schedule.cuh) adds one 64-bit key mask
+// per stage after the barriers.
+constexpr std::size_t kKeyMaskBytes = kStages * 8;
+constexpr std::size_t smem_bytes_with_key_mask() { return smem_bytes() + kKeyMaskBytes; }
+static_assert(smem_bytes_with_key_mask() <= 232448, "over the 227 KB of dynamic shared memory per block on sm_90");
 
 // The TMA producers (producer_tma.cuh for a bf16 cache, produce_fp8_tma in producer_fp8.cuh for FP8-656) need
 // whole 64-key tiles on one page.

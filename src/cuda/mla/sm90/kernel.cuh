@@ -157,6 +157,43 @@ struct Rows {
   }
 };
 
+// One tile's online softmax of the thread's two rows (s masked already, -inf where hidden): running max m on
+// raw scores, sum l in base 2 (exponent = one FFMA with u = base-2 units per raw score and ex2.approx.ftz),
+// al0 / al1 = the rows' rescale factors of what came before; s becomes the tile's probabilities.
+// Element i of the m64n64 fragment belongs to row r0 (i % 4 < 2) or r1. Shared with the sparse kernel on this
+// schedule (src/cuda/sparse_mla/sm90/dense_schedule.cuh).
+__device__ __forceinline__ void online_softmax(float (&s)[32], float u, float& m0, float& m1, float& l0, float& l1,
+                                               float& al0, float& al1) {
+  float a0 = s[0], a1 = s[1], c0 = s[2], c1 = s[3];
+#pragma unroll
+  for (int i = 4; i < 32; i += 4) {
+    a0 = fmaxf(a0, s[i]);
+    a1 = fmaxf(a1, s[i + 1]);
+    c0 = fmaxf(c0, s[i + 2]);
+    c1 = fmaxf(c1, s[i + 3]);
+  }
+  const float mn0 = fmaxf(m0, ptx::quad_max(fmaxf(a0, a1))), mn1 = fmaxf(m1, ptx::quad_max(fmaxf(c0, c1)));
+  const float ms0 = mn0 == -INFINITY ? 0.f : mn0 * u, ms1 = mn1 == -INFINITY ? 0.f : mn1 * u;
+  al0 = ex2(fmaf(m0, u, -ms0));  // m = -inf (nothing seen yet): ex2(-inf) = 0
+  al1 = ex2(fmaf(m1, u, -ms1));
+  m0 = mn0;
+  m1 = mn1;
+  float p0 = 0.f, p0b = 0.f, p1 = 0.f, p1b = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; i += 4) {
+    s[i] = ex2(fmaf(s[i], u, -ms0));
+    s[i + 1] = ex2(fmaf(s[i + 1], u, -ms0));
+    s[i + 2] = ex2(fmaf(s[i + 2], u, -ms1));
+    s[i + 3] = ex2(fmaf(s[i + 3], u, -ms1));
+    p0 += s[i];
+    p0b += s[i + 1];
+    p1 += s[i + 2];
+    p1b += s[i + 3];
+  }
+  l0 = fmaf(l0, al0, p0 + p0b);
+  l1 = fmaf(l1, al1, p1 + p1b);
+}
+
 // Scores -> probabilities for one tile (WG 1): mask, running max and sum in base 2 (max on raw
 // scores, exponent = one FFMA and ex2.approx.ftz), the rescale factors of the two rows.
 struct Softmax {
@@ -204,34 +241,7 @@ struct Softmax {
         s[i] = vis ? s[i] : -INFINITY;
       }
     }
-    float a0 = s[0], a1 = s[1], c0 = s[2], c1 = s[3];
-#pragma unroll
-    for (int i = 4; i < 32; i += 4) {
-      a0 = fmaxf(a0, s[i]);
-      a1 = fmaxf(a1, s[i + 1]);
-      c0 = fmaxf(c0, s[i + 2]);
-      c1 = fmaxf(c1, s[i + 3]);
-    }
-    const float mn0 = fmaxf(m0, ptx::quad_max(fmaxf(a0, a1))), mn1 = fmaxf(m1, ptx::quad_max(fmaxf(c0, c1)));
-    const float ms0 = mn0 == -INFINITY ? 0.f : mn0 * u, ms1 = mn1 == -INFINITY ? 0.f : mn1 * u;
-    al0 = ex2(fmaf(m0, u, -ms0));  // m = -inf (nothing seen yet): ex2(-inf) = 0
-    al1 = ex2(fmaf(m1, u, -ms1));
-    m0 = mn0;
-    m1 = mn1;
-    float p0 = 0.f, p0b = 0.f, p1 = 0.f, p1b = 0.f;
-#pragma unroll
-    for (int i = 0; i < 32; i += 4) {
-      s[i] = ex2(fmaf(s[i], u, -ms0));
-      s[i + 1] = ex2(fmaf(s[i + 1], u, -ms0));
-      s[i + 2] = ex2(fmaf(s[i + 2], u, -ms1));
-      s[i + 3] = ex2(fmaf(s[i + 3], u, -ms1));
-      p0 += s[i];
-      p0b += s[i + 1];
-      p1 += s[i + 2];
-      p1b += s[i + 3];
-    }
-    l0 = fmaf(l0, al0, p0 + p0b);
-    l1 = fmaf(l1, al1, p1 + p1b);
+    online_softmax(s, u, m0, m1, l0, l1, al0, al1);
   }
 
   // The mask branch is CTA-uniform (the union of the CTA's rows), so it never diverges.
@@ -299,6 +309,10 @@ struct Smem {
   __device__ __forceinline__ uint32_t empty(int t) const { return bars + uint32_t((kStages + t % kStages) * 8); }
   // Fill::kFp8Tma: tile t's raw bytes landed in its stage (before the producer dequantizes them).
   __device__ __forceinline__ uint32_t landed(int t) const { return bars + uint32_t((2 * kStages + t % kStages) * 8); }
+  // The sparse kernel on this schedule only: stage t's 64-bit key mask, past the barriers (kKeyMaskBytes).
+  __device__ __forceinline__ uint32_t key_mask(int t) const {
+    return bars + uint32_t(3 * kStages * 8 + (t % kStages) * 8);
+  }
 };
 
 // S = Q K^T into s (no commit): k-step k lives in panel k / 4 at byte 32 (k % 4).
@@ -311,12 +325,45 @@ __device__ __forceinline__ void issue_s(uint64_t dq, uint32_t sK, float (&s)[32]
   }
 }
 
+// What the consumer roles below ask of the problem they run (a policy class; this one is the paged decode's;
+// src/cuda/sparse_mla/sm90/dense_schedule.cuh has the sparse one): its Params, Block (n_tiles) and Softmax (init,
+// m0, m1, l0, l1, u), the masked softmax of tile t, the final 1/l of a row, and the stores of WG 1's and WG 2's
+// halves of O.
+struct PagedDecode {
+  using Params = mla::Params;
+  using Block = mla90::Block;
+  using Softmax = mla90::Softmax;
+  __device__ __forceinline__ static void step(Softmax& st, const Block& b, const Smem&, int t, float (&s)[32], int lane,
+                                              float& al0, float& al1) {
+    st.step(s, b.k_begin + t * kTileKeys, lane, al0, al1);
+  }
+  // L0 / L1: the rows' quad-summed l.
+  __device__ __forceinline__ static void inverse(const Params&, const Block&, const Rows&, const Softmax&, float L0,
+                                                 float L1, float& inv0, float& inv1) {
+    inv0 = L0 > 0.f ? 1.f / L0 : 0.f;
+    inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+  }
+  __device__ __forceinline__ static void store_lead(const Params& p, const Block& b, const Rows& rw,
+                                                    const float (&o)[128], const Softmax& st, float L0, float L1,
+                                                    float inv0, float inv1) {
+    const float lse0 = L0 > 0.f ? (st.m0 * st.u + log2f(L0)) * 0.6931471805599453f : -INFINITY;
+    const float lse1 = L1 > 0.f ? (st.m1 * st.u + log2f(L1)) * 0.6931471805599453f : -INFINITY;
+    store_rows(p, b, rw, o, 0, inv0, inv1, true, lse0, lse1);
+  }
+  __device__ __forceinline__ static void store_rest(const Params& p, const Block& b, const Rows& rw,
+                                                    const float (&o)[128], float inv0, float inv1) {
+    store_rows(p, b, rw, o, kHalfDv, inv0, inv1, false, 0.f, 0.f);
+  }
+};
+
 // WG 1: per tile t, S(t), its softmax, P(t) handed to WG 2, then P V(t) on columns 0..255, in series
 // (issuing S(t + 1) under P V(t) spilled in a first try; the next step).
-__device__ __forceinline__ void softmax_role(const Params& p, const Block& b, const Smem& sm, int warp, int lane) {
+template <class Pol>
+__device__ __forceinline__ void softmax_role(const typename Pol::Params& p, const typename Pol::Block& b,
+                                             const Smem& sm, int warp, int lane) {
   Rows rw;
   rw.init(warp & 3, lane);
-  Softmax st;
+  typename Pol::Softmax st;
   st.init(p, b, rw);
   float o[128];
 #pragma unroll
@@ -327,7 +374,7 @@ __device__ __forceinline__ void softmax_role(const Params& p, const Block& b, co
   // Softmax of tile t (in s), P and alpha to shared memory once WG 2 is done with tile t - 1, O rescaled.
   auto prepare = [&](int t) {
     float al0, al1;
-    st.step(s, b.k_begin + t * kTileKeys, lane, al0, al1);
+    Pol::step(st, b, sm, t, s, lane, al0, al1);
     uint32_t pa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) sm90::acc_to_a<__nv_bfloat16>(s, kk, pa[kk]);
@@ -379,20 +426,21 @@ __device__ __forceinline__ void softmax_role(const Params& p, const Block& b, co
   }
   // The final 1/l per row for WG 2, then this half and the LSE.
   const float L0 = ptx::quad_sum(st.l0), L1 = ptx::quad_sum(st.l1);
-  const float inv0 = L0 > 0.f ? 1.f / L0 : 0.f, inv1 = L1 > 0.f ? 1.f / L1 : 0.f;
+  float inv0, inv1;
+  Pol::inverse(p, b, rw, st, L0, L1, inv0, inv1);
   sm90::named_sync(kBarPEmpty, 256);
   if ((lane & 3) == 0) {
     sm.inv[rw.r0] = inv0;
     sm.inv[rw.r1] = inv1;
   }
   sm90::named_sync(kBarPFull, 256);
-  const float lse0 = L0 > 0.f ? (st.m0 * st.u + log2f(L0)) * 0.6931471805599453f : -INFINITY;
-  const float lse1 = L1 > 0.f ? (st.m1 * st.u + log2f(L1)) * 0.6931471805599453f : -INFINITY;
-  store_rows(p, b, rw, o, 0, inv0, inv1, true, lse0, lse1);
+  Pol::store_lead(p, b, rw, o, st, L0, L1, inv0, inv1);
 }
 
 // WG 2: per tile, O[:, 256:512) = alpha O + P V with P from shared memory.
-__device__ __forceinline__ void pv_role(const Params& p, const Block& b, const Smem& sm, int warp, int lane) {
+template <class Pol>
+__device__ __forceinline__ void pv_role(const typename Pol::Params& p, const typename Pol::Block& b, const Smem& sm,
+                                        int warp, int lane) {
   Rows rw;
   rw.init(warp & 3, lane);
   float o[128];
@@ -420,7 +468,42 @@ __device__ __forceinline__ void pv_role(const Params& p, const Block& b, const S
     sm90::named_sync(kBarPEmpty, 256);
   }
   sm90::named_sync(kBarPFull, 256);
-  store_rows(p, b, rw, o, kHalfDv, sm.inv[rw.r0], sm.inv[rw.r1], false, 0.f, 0.f);
+  Pol::store_rest(p, b, rw, o, sm.inv[rw.r0], sm.inv[rw.r1]);
+}
+
+// One CTA of the schedule: the shared-memory map, the ring's barriers (full: `full_arrivals` per phase; empty:
+// the 256 consumer threads; landed: 1), then the three roles; produce(sm, tid) is the producer warpgroup's whole
+// job (tid < 128), which fills stage t % kStages with tile t once both consumers released tile t - kStages.
+template <class Pol, class Produce>
+__device__ __forceinline__ void run_cta(const typename Pol::Params& p, const typename Pol::Block& b, char* smem,
+                                        int full_arrivals, Produce&& produce) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
+  Smem sm;
+  sm.q = ptx::smem_addr(smem);
+  sm.ring = sm.q + kTileBytes;
+  sm.p_tile = sm.ring + kStages * kTileBytes;
+  sm.alpha = reinterpret_cast<float*>(smem + (1 + kStages) * kTileBytes + kPanelBytes);
+  sm.inv = sm.alpha + kRows;
+  sm.bars = ptx::smem_addr(sm.inv + kRows);
+  if (tid == 0)
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbar_init(sm.full(s), full_arrivals);
+      sm90::mbar_init(sm.empty(s), 256);  // every consumer thread, after its wgmmas read the tile
+      sm90::mbar_init(sm.landed(s), 1);   // kFp8Tma: thread 0 (produce_fp8_tma)
+    }
+  __syncthreads();
+  if (wg == 0) {
+    sm90::setmaxnreg_dec<kProducerRegs>();
+    produce(sm, tid);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+  } else if (wg == 1) {
+    sm90::setmaxnreg_inc<kSoftmaxRegs>();
+    softmax_role<Pol>(p, b, sm, warp, lane);
+  } else {
+    sm90::setmaxnreg_inc<kPvRegs>();
+    pv_role<Pol>(p, b, sm, warp, lane);
+  }
 }
 
 #endif  // ATTNSERVE_SM90_DEVICE
@@ -444,29 +527,11 @@ template <Fill kFill>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, const __grid_constant__ KvMaps kv) {
 #if defined(ATTNSERVE_SM90_DEVICE)
   char* smem = smem_base();
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // warp-uniform for the compiler
   Block b;
   if (!b.init(p)) return;  // uniform over the CTA
-  Smem sm;
-  sm.q = ptx::smem_addr(smem);
-  sm.ring = sm.q + kTileBytes;
-  sm.p_tile = sm.ring + kStages * kTileBytes;
-  sm.alpha = reinterpret_cast<float*>(smem + (1 + kStages) * kTileBytes + kPanelBytes);
-  sm.inv = sm.alpha + kRows;
-  sm.bars = ptx::smem_addr(sm.inv + kRows);
-  if (tid == 0)
-    for (int s = 0; s < kStages; ++s) {
-      // every producer thread, when its copies of the tile land (kTma: thread 0, see producer_tma.cuh)
-      sm90::mbar_init(sm.full(s), kFill == Fill::kTma ? 1 : 128);
-      sm90::mbar_init(sm.empty(s), 256);  // every consumer thread, after its wgmmas read the tile
-      sm90::mbar_init(sm.landed(s), 1);   // kFp8Tma: thread 0 (produce_fp8_tma)
-    }
-  __syncthreads();
-  if (wg == 0) {
-    // Producer: tile t goes into stage t % 2 once both consumers released tile t - 2; Q rides on
-    // tile 0's arrival.
-    sm90::setmaxnreg_dec<kProducerRegs>();
+  // full: every producer thread, when its copies of the tile land (kTma: thread 0, see producer_tma.cuh)
+  run_cta<PagedDecode>(p, b, smem, kFill == Fill::kTma ? 1 : 128, [&](const Smem& sm, int tid) {
+    // Tile t goes into stage t % 2 once both consumers released tile t - 2; Q rides on tile 0's arrival.
     const Producer ld{tid & 7, tid >> 3};
     if constexpr (kFill == Fill::kFp8) {
       produce_fp8(p, b, sm, ld, tid);
@@ -482,14 +547,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_kernel(const Params p, c
         sm90::cp_async_mbar_arrive(sm.full(t));
       }
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-  } else if (wg == 1) {
-    sm90::setmaxnreg_inc<kSoftmaxRegs>();
-    softmax_role(p, b, sm, warp, lane);
-  } else {
-    sm90::setmaxnreg_inc<kPvRegs>();
-    pv_role(p, b, sm, warp, lane);
-  }
+  });
 #endif
 }
 

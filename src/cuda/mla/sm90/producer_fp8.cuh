@@ -59,19 +59,17 @@ __device__ __forceinline__ int64_t fp8_slot(const mla::Params& p, const Block& b
   return unsigned(page) < unsigned(p.num_pages) ? int64_t(page) * p.page_size + j % p.page_size : -1;
 }
 
-// Step 1: thread (lch = tid % 8, lrow = tid / 8) copies keys lrow + 16 i: latent chunks lch + 8 k (k < 4),
-// rope chunk lch, and the scales when lch = 0.
-template <class Block>
-__device__ __forceinline__ void fp8_issue_tile(const mla::Params& p, const Block& b, int tile, uint32_t sK, int lch,
-                                               int lrow) {
-  int64_t slot[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) slot[i] = fp8_slot(p, b, b.k_begin + tile * kTileKeys + lrow + 16 * i);
+// Step 1 for the keys lrow + 16 i (i < 4) at cache slots slot[i] (-1: zero bytes) of kv (token stride stok):
+// thread (lch = tid % 8, lrow = tid / 8) copies latent chunks lch + 8 k (k < 4), rope chunk lch, and the scales
+// when lch = 0. Shared with the sparse kernel on this schedule (src/cuda/sparse_mla/sm90/dense_schedule.cuh),
+// whose slots come from the row's index list.
+__device__ __forceinline__ void fp8_issue_rows(const char* kv, int64_t stok, const int64_t (&slot)[4], uint32_t sK,
+                                               int lch, int lrow) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int key = lrow + 16 * i;
     const bool ok = slot[i] >= 0;
-    const char* src = p.kv + (ok ? slot[i] : 0) * p.kv_stok;
+    const char* src = kv + (ok ? slot[i] : 0) * stok;
     const int sz = ok ? 16 : 0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -82,6 +80,16 @@ __device__ __forceinline__ void fp8_issue_tile(const mla::Params& p, const Block
                      sz);
     if (lch == 0) ptx::cp_async_16(sK + uint32_t(key * 16), src + kFp8MlaScaleOffset, sz);
   }
+}
+
+// Step 1 of tile `tile` of the paged decode: the slots through the page table.
+template <class Block>
+__device__ __forceinline__ void fp8_issue_tile(const mla::Params& p, const Block& b, int tile, uint32_t sK, int lch,
+                                               int lrow) {
+  int64_t slot[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) slot[i] = fp8_slot(p, b, b.k_begin + tile * kTileKeys + lrow + 16 * i);
+  fp8_issue_rows(p.kv, p.kv_stok, slot, sK, lch, lrow);
 }
 
 // L2 prefetch of a tile's tokens: one bulk prefetch per key (656 bytes), by the lch = 0 threads.
