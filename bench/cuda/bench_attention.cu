@@ -998,31 +998,34 @@ int main(int argc, char** argv) try {
       bench_variants("same ring fp8 b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
                      {def, ring, rows_v, rows_ring}, 2, true);
     }
-    // FP8 operands straight from the e4m3 bytes (Tuning::fp8_direct, session 8: ldmatrix on the raw tiles, e4m3 ->
-    // f16 in registers, no widening pass) against the widening default on the same buffers, at two and at three
-    // CTAs per SM (without conversion tiles 4 stages fit three CTAs; the widening kernel takes 2 there).
+    // FP8 operands straight from the e4m3 bytes (Tuning::fp8_direct 1, session 8: ldmatrix on the raw tiles, e4m3 ->
+    // f16 in registers, no widening pass) against the widening kernel (fp8_direct 0, the default until session 8) on
+    // the same buffers, at two and at three CTAs per SM (without conversion tiles 4 stages fit three CTAs; the
+    // widening kernel takes 2 there).
     {
-      const Variant direct{"fp8direct", Tuning{.fp8_direct = 1}}, wide3{"ctas3", Tuning{.ctas = 3}},
+      const Variant wide{"widening", Tuning{.fp8_direct = 0}}, direct{"fp8direct", Tuning{.fp8_direct = 1}},
+          wide3{"ctas3", Tuning{.ctas = 3, .fp8_direct = 0}},
           direct3{"fp8direct ctas3", Tuning{.ctas = 3, .fp8_direct = 1}};
       for (int ps : {1, 16, 64})
         bench_variants("same fp8direct b64x8K hq32 hkv8 page" + std::to_string(ps), 64, 32, 8, 128, ps, 1, 8192, 1,
-                       {def, direct, wide3, direct3}, 2, true);
+                       {wide, direct, wide3, direct3}, 2, true);
       bench_variants("same fp8direct b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1,
-                     {def, direct, wide3, direct3}, 2, true);
+                     {wide, direct, wide3, direct3}, 2, true);
       bench_variants("same fp8direct verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1,
-                     {def, direct, wide3, direct3}, 2, true);
+                     {wide, direct, wide3, direct3}, 2, true);
     }
-    // The direct kernel's lean key loop (Tuning::fp8_direct 2, session 8: the score scale folded into the
-    // exponent's FFMA, softcap and mask as uniform branches, leaner lane-page loads) against the default (the direct
-    // kernel) on the same buffers; lean ctas3 at page 16 (the direct kernel lost there: 3027-3030 against 3394).
+    // The direct kernel (Tuning::fp8_direct 1) against its lean key loop (session 8: the score scale folded into the
+    // exponent's FFMA, softcap and mask as uniform branches, leaner lane-page loads; the default since session 9) on
+    // the same buffers; lean ctas3 at page 16 (the direct kernel lost there: 3027-3030 against 3394).
     {
-      const Variant lean{"fp8lean", Tuning{.fp8_direct = 2}},
+      const Variant direct{"fp8direct", Tuning{.fp8_direct = 1}}, lean{"fp8lean", Tuning{.fp8_direct = 2}},
           lean3{"fp8lean ctas3", Tuning{.ctas = 3, .fp8_direct = 2}};
       for (int ps : {1, 16, 64})
         bench_variants("same fp8lean b64x8K hq32 hkv8 page" + std::to_string(ps), 64, 32, 8, 128, ps, 1, 8192, 1,
-                       ps == 16 ? std::vector<Variant>{def, lean, lean3} : std::vector<Variant>{def, lean}, 2, true);
-      bench_variants("same fp8lean b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1, {def, lean}, 2, true);
-      bench_variants("same fp8lean verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {def, lean}, 2,
+                       ps == 16 ? std::vector<Variant>{direct, lean, lean3} : std::vector<Variant>{direct, lean}, 2,
+                       true);
+      bench_variants("same fp8lean b128x4K hq16 hkv2 page16", 128, 16, 2, 128, 16, 1, 4096, 1, {direct, lean}, 2, true);
+      bench_variants("same fp8lean verify4 b64x4K hq32 hkv8 page16", 64, 32, 8, 128, 16, 4, 4096, 1, {direct, lean}, 2,
                      true);
     }
     // Deterministic mode's cost on small batches (fewer CTAs with larger fixed splits).
