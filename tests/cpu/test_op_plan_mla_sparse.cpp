@@ -251,13 +251,13 @@ TEST(OpPlanSparseMla, HopperKernelWhereItFits) {
   using cuda::sparse_mla_op::Kernel;
   using cuda::sparse_mla_op::make_plan;
   const auto d128 = make_plan(sparse(128, 128, 2048, true), kH200, {}, kWithSm90);
-  EXPECT_EQ(d128.kernel, Kernel::sm90_fp8);
+  EXPECT_EQ(d128.kernel, Kernel::sm90_fp8_dense);
   EXPECT_EQ(d128.head_block, 64);
   EXPECT_EQ(d128.head_blocks, 2);
   EXPECT_EQ(d128.tile_keys, 64);
   EXPECT_EQ(d128.num_splits, 1);  // 256 CTAs fill 132 SMs
   EXPECT_LE(d128.smem, kH200.smem_per_block);
-  EXPECT_EQ(make_plan(sparse(4096, 64, 2048, false), kH200, {}, kWithSm90).kernel, Kernel::sm90_bf16);
+  EXPECT_EQ(make_plan(sparse(4096, 64, 2048, false), kH200, {}, kWithSm90).kernel, Kernel::sm90_bf16_dense);
   EXPECT_GE(make_plan(sparse(32, 128, 2048, true), kH200, {}, kWithSm90).num_splits, 2);  // 64 CTAs
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm90_fp8_small);
   EXPECT_EQ(make_plan(sparse(128, 32, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm90_fp8_small);
@@ -316,7 +316,7 @@ TEST(OpPlanSparseMla, SmallHeadKernel) {
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.small = 0}, kWithSm90).kernel, Kernel::sm80_fp8);
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kA100, {.small = 1}, kWithSm90).kernel, Kernel::sm80_fp8);
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, true), kH200, {.small = 1}, kPortableOnly).kernel, Kernel::sm80_fp8);
-  EXPECT_EQ(make_plan(sparse(128, 64, 2048, true), kH200, {.small = 1}, kWithSm90).kernel, Kernel::sm90_fp8);
+  EXPECT_EQ(make_plan(sparse(128, 64, 2048, true), kH200, {.small = 1}, kWithSm90).kernel, Kernel::sm90_fp8_dense);
   const auto cut = make_plan(sparse(2, 16, 500, true), kH200, {.num_splits = 3, .stages = 2}, kWithSm90);
   EXPECT_EQ(cut.num_splits, 3);
   EXPECT_EQ(cut.split_tiles, 3);  // 8 tiles of 64: 3 / 3 / 2
@@ -324,19 +324,20 @@ TEST(OpPlanSparseMla, SmallHeadKernel) {
   EXPECT_STREQ(cuda::sparse_mla_op::kernel_name(Kernel::sm90_fp8_small), "sm90_fp8_small");
 }
 
-// The opt-in dense-schedule kernel (sm90/dense_schedule.cuh, on the dense MLA kernel's schedule): only with
-// dense_schedule = 1, a bf16 cache, h_q a multiple of 64 and the Hopper plan; the sm90_bf16 plan's head blocks,
-// tiles, splits and workspace otherwise (one partial-state layout and combine), the dense kernel's shared memory
-// plus the key masks.
-TEST(OpPlanSparseMla, DenseScheduleKernelIsOptIn) {
+// The dense-schedule kernel (sm90/dense_schedule.cuh, on the dense MLA kernel's schedule): by default (or with
+// dense_schedule = 1) on a bf16 cache, h_q a multiple of 64 and the Hopper plan; dense_schedule = 0 keeps sm90_bf16;
+// the sm90_bf16 plan's head blocks, tiles, splits and workspace otherwise (one partial-state layout and combine), the
+// dense kernel's shared memory plus the key masks.
+TEST(OpPlanSparseMla, DenseScheduleKernelByDefault) {
   using cuda::sparse_mla_op::Kernel;
   using cuda::sparse_mla_op::make_plan;
-  const cuda::sparse_mla_op::SparseMlaTuning dense{.dense_schedule = 1};
+  const cuda::sparse_mla_op::SparseMlaTuning dense{.dense_schedule = 1}, old{.dense_schedule = 0};
   for (int h : {64, 128}) {
-    const auto base = make_plan(sparse(4096, h, 2048, false), kH200, {}, kWithSm90);
+    const auto base = make_plan(sparse(4096, h, 2048, false), kH200, old, kWithSm90);
     const auto d = make_plan(sparse(4096, h, 2048, false), kH200, dense, kWithSm90);
-    EXPECT_EQ(base.kernel, Kernel::sm90_bf16);  // the default stays
+    EXPECT_EQ(base.kernel, Kernel::sm90_bf16);
     EXPECT_EQ(d.kernel, Kernel::sm90_bf16_dense);
+    EXPECT_EQ(make_plan(sparse(4096, h, 2048, false), kH200, {}, kWithSm90).kernel, Kernel::sm90_bf16_dense);
     EXPECT_EQ(d.head_block, 64);
     EXPECT_EQ(d.head_blocks, h / 64);
     EXPECT_EQ(d.tile_keys, 64);
@@ -350,14 +351,16 @@ TEST(OpPlanSparseMla, DenseScheduleKernelIsOptIn) {
   const auto few = make_plan(sparse(2, 128, 2048, false), kH200, dense, kWithSm90);  // 4 CTAs: split-K
   EXPECT_EQ(few.kernel, Kernel::sm90_bf16_dense);
   EXPECT_GE(few.num_splits, 8);
-  EXPECT_EQ(few.ws_bytes, make_plan(sparse(2, 128, 2048, false), kH200, {}, kWithSm90).ws_bytes);
+  EXPECT_EQ(few.ws_bytes, make_plan(sparse(2, 128, 2048, false), kH200, old, kWithSm90).ws_bytes);
   const auto cut = make_plan(sparse(2, 64, 500, false), kH200, {.num_splits = 3, .dense_schedule = 1}, kWithSm90);
   EXPECT_EQ(cut.kernel, Kernel::sm90_bf16_dense);
   EXPECT_EQ(cut.num_splits, 3);
   EXPECT_EQ(cut.split_tiles, 3);
-  // Not taken: FP8 cache, h_q not a multiple of 64 (padded head blocks keep sm90_bf16), the portable choice,
-  // sm_80, a build without sm_90a.
-  EXPECT_EQ(make_plan(sparse(128, 128, 2048, true), kH200, dense, kWithSm90).kernel, Kernel::sm90_fp8);
+  // Not taken: FP8 cache (its own switch), h_q not a multiple of 64 (padded head blocks keep sm90_bf16), the portable
+  // choice, sm_80, a build without sm_90a.
+  EXPECT_EQ(
+      make_plan(sparse(128, 128, 2048, true), kH200, {.dense_schedule = 1, .dense_schedule_fp8 = 0}, kWithSm90).kernel,
+      Kernel::sm90_fp8);
   EXPECT_EQ(make_plan(sparse(128, 96, 2048, false), kH200, {.sm90 = 1, .dense_schedule = 1}, kWithSm90).kernel,
             Kernel::sm90_bf16);
   EXPECT_EQ(make_plan(sparse(128, 16, 2048, false), kH200, dense, kWithSm90).kernel, Kernel::sm80_bf16);
@@ -370,13 +373,15 @@ TEST(OpPlanSparseMla, DenseScheduleKernelIsOptIn) {
   EXPECT_EQ(make_plan(det, kH200, dense, kWithSm90).num_splits, 1);
   EXPECT_TRUE(cuda::sparse_mla_op::is_sm90(Kernel::sm90_bf16_dense));
   EXPECT_STREQ(cuda::sparse_mla_op::kernel_name(Kernel::sm90_bf16_dense), "sm90_bf16_dense");
-  // The FP8-656 cache: its own opt-in (dense_schedule_fp8), the sm90_fp8 plan's splits and workspace otherwise.
-  const cuda::sparse_mla_op::SparseMlaTuning dense_fp8{.dense_schedule_fp8 = 1};
+  // The FP8-656 cache: its own switch (dense_schedule_fp8; by default on), the sm90_fp8 plan's splits and workspace
+  // otherwise.
+  const cuda::sparse_mla_op::SparseMlaTuning dense_fp8{.dense_schedule = 0, .dense_schedule_fp8 = 1};
   for (int64_t rows : {128, 32}) {
-    const auto base = make_plan(sparse(rows, 128, 2048, true), kH200, {}, kWithSm90);
+    const auto base = make_plan(sparse(rows, 128, 2048, true), kH200, {.dense_schedule_fp8 = 0}, kWithSm90);
     const auto d = make_plan(sparse(rows, 128, 2048, true), kH200, dense_fp8, kWithSm90);
     EXPECT_EQ(base.kernel, Kernel::sm90_fp8);
     EXPECT_EQ(d.kernel, Kernel::sm90_fp8_dense);
+    EXPECT_EQ(make_plan(sparse(rows, 128, 2048, true), kH200, {}, kWithSm90).kernel, Kernel::sm90_fp8_dense);
     EXPECT_EQ(d.num_splits, base.num_splits);
     EXPECT_EQ(d.split_tiles, base.split_tiles);
     EXPECT_EQ(d.ws_bytes, base.ws_bytes);

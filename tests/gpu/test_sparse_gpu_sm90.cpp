@@ -18,7 +18,9 @@ using cuda::sparse_mla_op::Kernel;
 
 namespace {
 
-constexpr SparseTuning kSm90{.sm90 = 1};
+// The session-4 Hopper kernels (since session 9 the default for h_q % 64 == 0 is the dense schedule, tested in
+// test_sparse_gpu_sm90_dense.cpp; these stay for padded head blocks and on request).
+constexpr SparseTuning kSm90{.sm90 = 1, .dense_schedule = 0, .dense_schedule_fp8 = 0};
 
 // Skips unless the forced plan of `p` really is a Hopper kernel (sm_90 device, sm_90a build).
 bool sm90_runs(const SparseMlaProblem& p) {

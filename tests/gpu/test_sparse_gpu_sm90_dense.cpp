@@ -37,18 +37,18 @@ const SparseTuning& dense_for(const SparseMlaProblem& p) { return p.c.fp8 ? kDen
 
 }  // namespace
 
-TEST(SparseMlaGpuSm90Dense, PlanTakesItOnlyWhenAsked) {
+TEST(SparseMlaGpuSm90Dense, PlanTakesItByDefault) {
   DSA_REQUIRE_GPU();
   auto g = rng_for_test();
   SparseMlaProblem p = make_sparse_mla_problem(base_case(128, false), g);
   DENSE_REQUIRE(p);
   const DeviceCaps caps = query_device_caps(Device::cuda());
-  EXPECT_EQ(cuda::sparse_mla_op::select(p.args(), caps, {.sm90 = 1}).kernel, Kernel::sm90_bf16);
-  EXPECT_EQ(cuda::sparse_mla_op::select(p.args(), caps).kernel, Kernel::sm90_bf16);
-  EXPECT_EQ(cuda::sparse_mla_op::select(p.args(), caps, kDenseFp8).kernel, Kernel::sm90_bf16);  // the FP8 opt-in
+  EXPECT_EQ(cuda::sparse_mla_op::select(p.args(), caps, {.sm90 = 1}).kernel, Kernel::sm90_bf16_dense);
+  EXPECT_EQ(cuda::sparse_mla_op::select(p.args(), caps).kernel, Kernel::sm90_bf16_dense);
+  EXPECT_EQ(cuda::sparse_mla_op::select(p.args(), caps, {.dense_schedule = 0}).kernel, Kernel::sm90_bf16);
   SparseMlaProblem f = make_sparse_mla_problem(base_case(128, true), g);
-  EXPECT_EQ(cuda::sparse_mla_op::select(f.args(), caps, kDenseFp8).kernel, Kernel::sm90_fp8_dense);
-  EXPECT_EQ(cuda::sparse_mla_op::select(f.args(), caps, kDense).kernel, Kernel::sm90_fp8);
+  EXPECT_EQ(cuda::sparse_mla_op::select(f.args(), caps).kernel, Kernel::sm90_fp8_dense);
+  EXPECT_EQ(cuda::sparse_mla_op::select(f.args(), caps, {.dense_schedule_fp8 = 0}).kernel, Kernel::sm90_fp8);
 }
 
 TEST(SparseMlaGpuSm90Dense, HeadCounts) {

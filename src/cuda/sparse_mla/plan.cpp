@@ -93,9 +93,13 @@ Plan make_sm90_plan(Plan c, const DeviceCaps& caps, const SparseMlaTuning& tune)
   c.stages = sparse_mla90::kStages;
   c.ctas_per_sm = 1;
   c.smem = sparse_mla90::smem_bytes();
-  // Opt-in: the dense MLA kernel's schedule (same head block, tile and ring; its shared memory plus the key masks).
+  // The dense MLA kernel's schedule (same head block, tile and ring; its shared memory plus the key masks) wherever
+  // h_q fills its 64-row blocks: the default since session 9 (860b36b, H200, `bench_sparse 's9-dense-ab'`, sm90_bf16
+  // / sm90_bf16_dense TFLOP/s: prefill 4096 rows top-k 2048 s_kv 8K h_q 128 424.4 / 587.5, h_q 64 389.3 / 565.9,
+  // s_kv 32K h_q 128 392.1 / 549.6, bf16 decode b128 h_q 128 180.0 / 464.9; FP8-656 decode sm90_fp8 / sm90_fp8_dense
+  // b128 h_q 128 232.8 / 276.6, h_q 64 222.6 / 262.3, b32 h_q 128 195.4 / 228.8).
   const bool fp8 = p.kv_dtype == DType::u8;
-  if ((fp8 ? tune.dense_schedule_fp8 : tune.dense_schedule) > 0 && p.h_q % mla90::kRows == 0 &&
+  if ((fp8 ? tune.dense_schedule_fp8 : tune.dense_schedule) != 0 && p.h_q % mla90::kRows == 0 &&
       mla90::smem_bytes_with_key_mask() <= caps.smem_per_block) {
     static_assert(mla90::kRows == sparse_mla90::kHeadBlock && mla90::kTileKeys == sparse_mla90::kTileKeys &&
                   mla90::kStages == sparse_mla90::kStages);

@@ -33,8 +33,8 @@ enum class Kernel : int {
   sm90_fp8_small = 4,   // small head counts over the FP8-656 cache (sm90/small_heads.cuh): 16 or 32 heads per
                         // CTA, mma.sync on fragments built from the raw FP8 bytes, a cp.async ring of 64-key tiles
   sm90_bf16_dense = 5,  // the bf16 cache on the dense MLA decode kernel's schedule (sm90/dense_schedule.cuh: producer
-                        // WG + softmax / O[:, 0:256) WG + O[:, 256:512) WG), 64 heads per CTA; opt-in (dense_schedule)
-  sm90_fp8_dense = 6,   // the same over the FP8-656 cache (dequantized in the stage); opt-in (dense_schedule_fp8)
+                        // WG + softmax / O[:, 0:256) WG + O[:, 256:512) WG), 64 heads per CTA (dense_schedule)
+  sm90_fp8_dense = 6,   // the same over the FP8-656 cache (dequantized in the stage; dense_schedule_fp8)
 };
 const char* kernel_name(Kernel k);
 inline bool is_sm90(Kernel k) {
@@ -62,16 +62,16 @@ using SparseMlaConfig = Plan;  // the name tests and benchmarks knew
 // sm90: -1 auto, 0 never (portable kernel), 1 the Hopper kernel wherever it can run the call.
 // small: the small-head FP8 kernel (sm90_fp8_small): -1 auto (FP8 cache, h_q <= 32, sm90 auto), 0 never,
 // 1 wherever it can run (FP8 cache, h_q <= 32, sm_90 device and build); it wins over `sm90`.
-// dense_schedule: 1 runs the Hopper plan of a bf16 cache with h_q % 64 == 0 on the dense MLA kernel's schedule
-// (sm90_bf16_dense) instead of sm90_bf16; 0 (the default) never. dense_schedule_fp8: the same for an FP8-656 cache
-// (sm90_fp8_dense instead of sm90_fp8).
+// dense_schedule: -1 (auto) and 1 run the Hopper plan of a bf16 cache with h_q % 64 == 0 on the dense MLA kernel's
+// schedule (sm90_bf16_dense, measured faster: plan.cpp) instead of sm90_bf16; 0 never. dense_schedule_fp8: the same
+// for an FP8-656 cache (sm90_fp8_dense instead of sm90_fp8).
 struct SparseMlaTuning {
   int num_splits = 0;
   int stages = 0;
   int sm90 = -1;
   int small = -1;
-  int dense_schedule = 0;
-  int dense_schedule_fp8 = 0;
+  int dense_schedule = -1;
+  int dense_schedule_fp8 = -1;
 };
 
 // Which arch leaves this build carries (the Hopper kernels need the sm_90a build); tests pass their own.
