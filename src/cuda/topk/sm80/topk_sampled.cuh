@@ -788,14 +788,48 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
     const bool take_all = t == 0;
     cand_floor = t;
     const float tf = key_threshold_float(t);
-    if constexpr (kStream) {
-      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
-        int32_t jj = -1;
-        if (lane < head) jj = lane;
-        else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
-        const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
-        push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
+    // The candidate flags of a lane's 8 values (quads qa, qb; none past nq), and the warp's ballots of the lanes'
+    // counts (four bit planes).
+    auto flag8 = [&](const float(&x)[8], int32_t qa, int32_t qb) {
+      uint32_t m8 = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (take_all || x[e] >= tf) m8 |= 1u << e;
+      if (qa >= nq) m8 &= 0xf0u;
+      if (qb >= nq) m8 &= 0x0fu;
+      return m8;
+    };
+    auto ballot8 = [&](uint32_t m8, unsigned(&b)[4]) {
+      const uint32_t c = uint32_t(__popc(m8));  // 0..8
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[i] = __ballot_sync(ptx::kFullMask, c & (1u << i));
+    };
+    // Appends the flagged values of every lane (warp-synchronous, in lane order) after the warp's earlier ones.
+    auto push8 = [&](const float(&x)[8], uint32_t m8, const unsigned(&b)[4], int32_t qa, int32_t qb) {
+      uint32_t off = cnt + uint32_t(__popc(b[0] & lanes_below)) + 2u * uint32_t(__popc(b[1] & lanes_below)) +
+                     4u * uint32_t(__popc(b[2] & lanes_below)) + 8u * uint32_t(__popc(b[3] & lanes_below));
+      cnt += uint32_t(__popc(b[0])) + 2u * uint32_t(__popc(b[1])) + 4u * uint32_t(__popc(b[2])) +
+             8u * uint32_t(__popc(b[3]));
+      const uint32_t pa = uint32_t(head + 4 * qa), pb = uint32_t(head + 4 * qb);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if ((m8 >> e) & 1u) {
+          if (off < uint32_t(kSegCap)) {
+            seg_bits[off] = __float_as_uint(x[e]);
+            seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
+          }
+          ++off;
+        }
       }
+    };
+    if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
+      int32_t jj = -1;
+      if (lane < head) jj = lane;
+      else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
+      const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
+      push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
+    }
+    if constexpr (kStream) {
       // Turn g: the warp's steps s0 = first_step + 2 g wstride and s0 + wstride, from ring slots 2 (g & 1) + {0, 1}.
       for (int32_t g = 0, s0 = first_step; s0 < steps; ++g, s0 += 2 * wstride) {
         ptx::cp_async_wait<1>();  // turn g landed (turn g + 1 may still be in flight)
@@ -804,34 +838,15 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
         const int32_t qa = s0 * 32 + lane, qb = qa + wstride * 32;
         const float x[8] = {__uint_as_float(ra.x), __uint_as_float(ra.y), __uint_as_float(ra.z), __uint_as_float(ra.w),
                             __uint_as_float(rb.x), __uint_as_float(rb.y), __uint_as_float(rb.z), __uint_as_float(rb.w)};
-        uint32_t m8 = 0;
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          if (take_all || x[e] >= tf) m8 |= 1u << e;
-        if (qa >= nq) m8 &= 0xf0u;
-        if (qb >= nq) m8 &= 0x0fu;
-        const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
-        const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
-        const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
+        const uint32_t m8 = flag8(x, qa, qb);
+        unsigned b[4];
+        ballot8(m8, b);
         // Refill the two slots just read with turn g + 2 (their values are in registers: the ballots used them;
         // the fence keeps the slots' loads above the copies).
         asm volatile("" ::: "memory");
         ring_fill(s0 + 4 * wstride, slot), ring_fill(s0 + 5 * wstride, slot + 1), ptx::cp_async_commit();
-        if ((b0 | b1 | b2 | b3) == 0) continue;
-        uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
-                       4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
-        cnt += uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2)) + 8u * uint32_t(__popc(b3));
-        const uint32_t pa = uint32_t(head + 4 * qa), pb = uint32_t(head + 4 * qb);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          if ((m8 >> e) & 1u) {
-            if (off < uint32_t(kSegCap)) {
-              seg_bits[off] = __float_as_uint(x[e]);
-              seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
-            }
-            ++off;
-          }
-        }
+        if ((b[0] | b[1] | b[2] | b[3]) == 0) continue;
+        push8(x, m8, b, qa, qb);
       }
       ptx::cp_async_wait<0>();  // no copy outlives the filter
       // Each warp, once its own filter is done (while others still stream): its segment's bits become keys and,
@@ -853,14 +868,7 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
         if (fused) count_quad(S.hist, kk, q, n, [&](uint32_t key) { return offset_bin(key, obase); });
       }
       __syncwarp();
-    } else {                         // the default filter
-      if (warp == 0 && rank == 0) {  // the scalar head and tail: lanes 0..2 and 8..10
-        int32_t jj = -1;
-        if (lane < head) jj = lane;
-        else if (lane >= 8 && tail + (lane - 8) < len) jj = tail + (lane - 8);
-        const float x = jj >= 0 ? __ldg(s + jj) : 0.f;
-        push1(jj >= 0 && (take_all || x >= tf), x, uint32_t(jj));
-      }
+    } else {  // the default filter
       static_assert(kPrefetchSteps % kUnroll == 0 && kUnroll <= 8, "prefetched steps: whole iterations, 8 per warp");
       for (int32_t s0 = first_step; s0 < steps; s0 += wstride * kUnroll) {
         // kPrefetchSteps ahead: this iteration's steps were prefetched one or two iterations (or the threshold) ago.
@@ -875,31 +883,11 @@ __global__ void __launch_bounds__(kThreads, kThreads <= 256 ? 4 : 1)
         for (int g = 0; g < kUnroll; g += 2) {  // 8 values per lane: two quads
           const int32_t qa = (s0 + g * wstride) * 32 + lane, qb = qa + wstride * 32;
           const float x[8] = {v4[g].x, v4[g].y, v4[g].z, v4[g].w, v4[g + 1].x, v4[g + 1].y, v4[g + 1].z, v4[g + 1].w};
-          uint32_t m8 = 0;
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            if (take_all || x[e] >= tf) m8 |= 1u << e;
-          if (qa >= nq) m8 &= 0xf0u;
-          if (qb >= nq) m8 &= 0x0fu;
-          const uint32_t c = uint32_t(__popc(m8));  // 0..8: four bit planes
-          const unsigned b0 = __ballot_sync(ptx::kFullMask, c & 1u), b1 = __ballot_sync(ptx::kFullMask, c & 2u);
-          const unsigned b2 = __ballot_sync(ptx::kFullMask, c & 4u), b3 = __ballot_sync(ptx::kFullMask, c & 8u);
-          if ((b0 | b1 | b2 | b3) == 0) continue;
-          uint32_t off = cnt + uint32_t(__popc(b0 & lanes_below)) + 2u * uint32_t(__popc(b1 & lanes_below)) +
-                         4u * uint32_t(__popc(b2 & lanes_below)) + 8u * uint32_t(__popc(b3 & lanes_below));
-          cnt +=
-              uint32_t(__popc(b0)) + 2u * uint32_t(__popc(b1)) + 4u * uint32_t(__popc(b2)) + 8u * uint32_t(__popc(b3));
-          const uint32_t pa = uint32_t(head + 4 * qa), pb = uint32_t(head + 4 * qb);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            if ((m8 >> e) & 1u) {
-              if (off < uint32_t(kSegCap)) {
-                seg_bits[off] = __float_as_uint(x[e]);
-                seg_pos[off] = (e < 4 ? pa : pb) + uint32_t(e & 3);
-              }
-              ++off;
-            }
-          }
+          const uint32_t m8 = flag8(x, qa, qb);
+          unsigned b[4];
+          ballot8(m8, b);
+          if ((b[0] | b[1] | b[2] | b[3]) == 0) continue;
+          push8(x, m8, b, qa, qb);
         }
       }
     }
