@@ -111,6 +111,32 @@ bool few_configurations() {
   const char* e = std::getenv("ATTNSERVE_TOPK_FEW");
   return e != nullptr && std::string(e) == "1";
 }
+// The adversarial row patterns of the bitwise kernel checks, written over a row x of `width` N(0, 1) values.
+enum class HardRow { all_equal, tied_maxima, nan_inf, far_above_sample, levels_256, mostly_neg_inf };
+void fill_hard_row(float* x, int64_t width, HardRow kind, std::mt19937_64& g) {
+  std::uniform_int_distribution<int64_t> pos(0, width - 1);
+  std::uniform_int_distribution<int> level(0, 255);
+  switch (kind) {
+    case HardRow::all_equal: std::fill(x, x + width, 1.f); break;
+    case HardRow::tied_maxima:  // > 16K tied maxima
+      for (int64_t j = 0; j < width; j += 3) x[j] = 3.f;
+      break;
+    case HardRow::nan_inf:
+      for (int64_t j = 0; j < width; ++j) x[j] = j % 4 == 0 ? x[j] : (j % 3 ? -kInf : std::nanf(""));
+      break;
+    case HardRow::far_above_sample:  // tiny values and 2500 huge ones: the k-th far above the sample's threshold
+      for (int64_t j = 0; j < width; ++j) x[j] *= 1e-20f;
+      for (int i = 0; i < 2500; ++i) x[pos(g)] = 1e20f * (1.f + float(i) / 2500.f);
+      break;
+    case HardRow::levels_256:
+      for (int64_t j = 0; j < width; ++j) x[j] = float(level(g));
+      break;
+    case HardRow::mostly_neg_inf:  // 300 finite values, the k-th is -inf
+      std::fill(x, x + width, -kInf);
+      for (int i = 0; i < 300; ++i) x[pos(g)] = float(i % 7);
+      break;
+  }
+}
 // Runs fn once per kernel under test, with that kernel forced and named in failures.
 void for_each_path(const std::function<void()>& fn) {
   static const bool skip_s7 = env_is_zero("ATTNSERVE_TOPK_S7"), skip_s8 = env_is_zero("ATTNSERVE_TOPK_S8");
@@ -720,32 +746,8 @@ TEST(TopkGpu, StreamingFilterGivesTheSameBits) {
     SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
     TopkProblem p(sh.rows, sh.width, sh.k);
     fill_normal(p.row(0), p.rows * p.width, g);
-    std::uniform_int_distribution<int64_t> pos(0, p.width - 1);
-    std::uniform_int_distribution<int> level(0, 255);
-    for (int64_t r = 0; r < p.rows; ++r) {
-      float* x = p.row(r);
-      switch (r % 8) {
-        case 1: std::fill(x, x + p.width, 1.f); break;  // all equal
-        case 2:
-          for (int64_t j = 0; j < p.width; j += 3) x[j] = 3.f;
-          break;  // > 16K tied maxima
-        case 3:   // NaN / -inf
-          for (int64_t j = 0; j < p.width; ++j) x[j] = j % 4 == 0 ? x[j] : (j % 3 ? -kInf : std::nanf(""));
-          break;
-        case 4:  // tiny values and 2500 huge ones: the k-th far above the sample's threshold
-          for (int64_t j = 0; j < p.width; ++j) x[j] *= 1e-20f;
-          for (int i = 0; i < 2500; ++i) x[pos(g)] = 1e20f * (1.f + float(i) / 2500.f);
-          break;
-        case 5:
-          for (int64_t j = 0; j < p.width; ++j) x[j] = float(level(g));
-          break;
-        case 6:  // 300 finite values, the k-th is -inf
-          std::fill(x, x + p.width, -kInf);
-          for (int i = 0; i < 300; ++i) x[pos(g)] = float(i % 7);
-          break;
-        default: break;  // N(0, 1)
-      }
-    }
+    for (int64_t r = 0; r < p.rows; ++r)  // rows 1..6 of every 8 adversarial, the others N(0, 1)
+      if (r % 8 >= 1 && r % 8 <= 6) fill_hard_row(p.row(r), p.width, HardRow(r % 8 - 1), g);
     // With row starts, and without (where the streaming kernel issues a whole row's sample and first turns before
     // the row's length is known: the shorter rows reload the sample).
     for (const bool with_starts : {true, false}) {
@@ -824,8 +826,6 @@ TEST(TopkGpu, BinListSelectGivesTheSameBits) {
     SCOPED_TRACE("rows " + std::to_string(sh.rows) + " width " + std::to_string(sh.width));
     TopkProblem p(sh.rows, sh.width, sh.k);
     fill_normal(p.row(0), p.rows * p.width, g);
-    std::uniform_int_distribution<int64_t> pos(0, p.width - 1);
-    std::uniform_int_distribution<int> level(0, 255);
     for (int64_t r = 0; r < p.rows; ++r) {
       float* x = p.row(r);
       const auto round_to = [&](float q) {
@@ -835,24 +835,12 @@ TEST(TopkGpu, BinListSelectGivesTheSameBits) {
         case 1: round_to(64.f); break;
         case 2: round_to(32.f); break;
         case 3: round_to(8.f); break;
-        case 5: std::fill(x, x + p.width, 1.f); break;  // all equal
-        case 6:
-          for (int64_t j = 0; j < p.width; j += 3) x[j] = 3.f;
-          break;  // > 16K tied maxima
-        case 7:   // NaN / -inf
-          for (int64_t j = 0; j < p.width; ++j) x[j] = j % 4 == 0 ? x[j] : (j % 3 ? -kInf : std::nanf(""));
-          break;
-        case 9:  // tiny values and 2500 huge ones: the k-th far above the sample's threshold
-          for (int64_t j = 0; j < p.width; ++j) x[j] *= 1e-20f;
-          for (int i = 0; i < 2500; ++i) x[pos(g)] = 1e20f * (1.f + float(i) / 2500.f);
-          break;
-        case 10:
-          for (int64_t j = 0; j < p.width; ++j) x[j] = float(level(g));
-          break;
-        case 11:  // 300 finite values, the k-th is -inf
-          std::fill(x, x + p.width, -kInf);
-          for (int i = 0; i < 300; ++i) x[pos(g)] = float(i % 7);
-          break;
+        case 5: fill_hard_row(x, p.width, HardRow::all_equal, g); break;
+        case 6: fill_hard_row(x, p.width, HardRow::tied_maxima, g); break;
+        case 7: fill_hard_row(x, p.width, HardRow::nan_inf, g); break;
+        case 9: fill_hard_row(x, p.width, HardRow::far_above_sample, g); break;
+        case 10: fill_hard_row(x, p.width, HardRow::levels_256, g); break;
+        case 11: fill_hard_row(x, p.width, HardRow::mostly_neg_inf, g); break;
         default: break;  // N(0, 1)
       }
     }
